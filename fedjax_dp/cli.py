@@ -1,0 +1,95 @@
+"""``fedjax-dp``: run | sweep | account | plot.
+
+  fedjax-dp run CONFIG --out DIR [--set key=value ...]
+  fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
+  fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cmd_run(args) -> int:
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+
+  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  if args.no_progress:
+    cfg.progress = False
+  result = experiment.run(cfg, args.out)
+  s = result.summary
+  acc = s["final_test_accuracy"]
+  print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",
+                                      "final_test_loss", "epsilon_claimed",
+                                      "epsilon_certified", "wall_seconds")}, indent=2))
+  print(f"final test accuracy {acc if acc is None else f'{acc:.4f}'} after {s['rounds_run']} "
+        f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
+        f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}; outputs in {args.out}")
+  return 0 if s["status"] != "diverged" else 3
+
+
+def _cmd_plot(args) -> int:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from fedjax_dp.results import read_csv
+
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+  for run in args.runs:
+    rows = [r for r in read_csv(Path(run) / "metrics.csv") if r["test_loss"]]
+    xs = [int(r["round"]) for r in rows]
+    for ax, key in zip(axes, ("test_loss", "test_accuracy")):
+      ax.plot(xs, [float(r[key]) for r in rows], label=Path(run).name)
+      ax.set_xlabel("round")
+      ax.set_ylabel(key.replace("_", " "))
+  axes[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(args.out, dpi=110)
+  print(f"wrote {args.out}")
+  return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="fedjax-dp", description="Differentially private federated learning in JAX.")
+  sub = parser.add_subparsers(dest="command", required=True)
+
+  p = sub.add_parser("run", help="run one experiment from a config file")
+  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("--out", required=True, help="run directory to write")
+  p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                 help="override a config field (repeatable), e.g. --set privacy.epsilon=8")
+  p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  p.set_defaults(func=_cmd_run)
+
+  p = sub.add_parser("plot", help="plot test loss/accuracy of run directories")
+  p.add_argument("runs", nargs="+")
+  p.add_argument("--out", required=True)
+  p.set_defaults(func=_cmd_plot)
+
+  try:
+    from fedjax_dp import account_cli
+  except ImportError:  # pragma: no cover - the accountant CLI is part of the package
+    account_cli = None
+  if account_cli is not None:
+    account_cli.register(sub)
+  return parser
+
+
+def main(argv=None) -> int:
+  args = build_parser().parse_args(argv)
+  from fedjax_dp.config import ConfigError
+  from fedjax_dp.data.datasets import DatasetUnavailableError
+  try:
+    return args.func(args)
+  except (ConfigError, DatasetUnavailableError, ValueError) as e:
+    print(f"fedjax-dp: error: {e}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+  sys.exit(main())

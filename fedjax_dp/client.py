@@ -1,0 +1,182 @@
+"""ONE client's local training, written unbatched; the engine vmaps it over clients.
+
+A client starts from the global model and runs ``local_steps`` steps of full-batch
+GD or minibatch SGD by ``lax.scan``. Privacy enters in four optional places, chosen
+by :class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client):
+
+* ``clip_mode='per_example_l2'`` -- clip every example's gradient to L2 norm C before
+  each step (Wei et al. Alg. 1, lines 6-9; DP-SGD);
+* ``clip_mode='per_example_l1'`` -- the same with the L1 norm (Fu et al., for Laplace);
+* ``clip_mode='param_l2'`` -- after each step project the parameters onto the L2 ball
+  of radius C (Yuan et al. Alg. 1);
+* ``clip_mode='update_l2'`` -- clip the client's update ``w_local - w_global`` to L2
+  norm C (DP-FedAvg, McMahan et al. 2018);
+* ``noise_placement='step'`` adds noise of scale ``step_noise`` to each step's summed
+  (clipped) gradient (A-DPFL; DP-SGD);
+* ``noise_placement='upload'`` adds noise of scale ``upload_noise`` to the model the
+  client uploads (Wei UDP, Yuan, Fu).
+
+Keys: the caller passes this client's key ``fold_in(fold_in(round_key, 0), client_id)``;
+step ``s`` uses ``fold_in(key, s)`` and the upload noise ``fold_in(key, UPLOAD_TAG)``,
+so a client's result does not depend on which other clients were selected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp.models.base import Model
+from fedjax_dp.privacy import clipping, mechanisms
+
+PyTree = Any
+CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2")
+UPLOAD_TAG = 1 << 20  # step keys use fold_in(key, s) with s < UPLOAD_TAG
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+  """Static (compile-time) description of local training.
+
+  Attributes:
+    local_steps: E, the number of local steps per round.
+    batch_size: examples per step; 0 means full batch (all of the client's data).
+    clip_mode: one of :data:`CLIP_MODES`.
+    noise_placement: ``'none'``, ``'upload'``, ``'step'`` or ``'central'`` (central is
+      applied by the server; the client then does nothing).
+    mechanism: ``'gaussian'`` or ``'laplace'``.
+    l2_reg: coefficient kappa of ``kappa/2 ||w||^2`` (Wei's SVM, eq. (32)); its
+      gradient is data-independent, so it is added after clipping.
+    chunk_size: per-example-gradient chunk for models without ghost clipping.
+  """
+
+  local_steps: int = 1
+  batch_size: int = 0
+  clip_mode: str = "none"
+  noise_placement: str = "none"
+  mechanism: str = "gaussian"
+  l2_reg: float = 0.0
+  chunk_size: int = 64
+
+  def __post_init__(self):
+    if self.local_steps < 1:
+      raise ValueError(f"client.local_steps must be >= 1, got {self.local_steps}")
+    if self.batch_size < 0:
+      raise ValueError(f"client.batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
+    if self.clip_mode not in CLIP_MODES:
+      raise ValueError(f"client.clip_mode: unknown {self.clip_mode!r}; known: {CLIP_MODES}")
+    if self.noise_placement not in mechanisms.PLACEMENTS:
+      raise ValueError(f"privacy.placement: unknown {self.noise_placement!r}; "
+                       f"known: {mechanisms.PLACEMENTS}")
+    if self.mechanism not in mechanisms.MECHANISMS:
+      raise ValueError(f"privacy.mechanism: unknown {self.mechanism!r}; "
+                       f"known: {mechanisms.MECHANISMS}")
+
+
+class ClientHParams(NamedTuple):
+  """Traced per-client values (changing them never recompiles).
+
+  Attributes:
+    lr: ``[E]`` learning rate of each local step (a local schedule), or a scalar.
+    clip: clipping threshold C.
+    step_noise: noise scale on each step's summed gradient (placement ``'step'``).
+    upload_noise: noise scale on the uploaded model (placement ``'upload'``).
+  """
+
+  lr: jax.Array
+  clip: jax.Array
+  step_noise: jax.Array
+  upload_noise: jax.Array
+
+
+class ClientOutput(NamedTuple):
+  """What one client returns.
+
+  Attributes:
+    params: the uploaded model (after update clipping and upload noise).
+    loss: mean training loss of the global model on the client's first batch.
+    grad_norm: mean per-example gradient norm in the first step (0 unless clipping
+      per example); useful for choosing C (Wei spec section 10 item 3).
+  """
+
+  params: PyTree
+  loss: jax.Array
+  grad_norm: jax.Array
+
+
+def _select_batch(key, x, y, mask, batch_size):
+  """Draws ``batch_size`` of the client's real examples without replacement.
+
+  Real examples get uniform scores in [0, 1) and padding gets 2, so the smallest
+  ``batch_size`` scores are a uniform subset of the real examples (padding is taken
+  only when the client has fewer real examples than ``batch_size``; its mask is 0).
+  """
+  scores = jax.random.uniform(key, mask.shape) + 2.0 * (1.0 - mask)
+  idx = jnp.argsort(scores)[:batch_size]
+  return x[idx], y[idx], mask[idx]
+
+
+def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax.Array,
+                  y: jax.Array, mask: jax.Array, key: jax.Array,
+                  hp: ClientHParams) -> ClientOutput:
+  """Local training of one client.
+
+  Args:
+    model: the model.
+    cfg: static local-training config.
+    global_params: the broadcast global model ``w^t``.
+    x: ``[n_max, *input_shape]`` the client's (padded) examples.
+    y: ``[n_max]`` labels.
+    mask: ``[n_max]`` 1.0 for real examples, 0.0 for padding.
+    key: this client's key for this round.
+    hp: traced hyper-parameters.
+
+  Returns:
+    :class:`ClientOutput`. For one full-batch step with ``per_example_l2`` this is
+    Wei et al. Alg. 1 line 9: ``w^t - (eta/|D_i|) sum_m clip(g_m)``, then line 11's
+    noise when the placement is ``'upload'``.
+  """
+  lr = jnp.broadcast_to(jnp.asarray(hp.lr, jnp.float32), (cfg.local_steps,))
+  per_example = cfg.clip_mode in ("per_example_l2", "per_example_l1")
+  ord = 1 if cfg.clip_mode == "per_example_l1" else 2
+
+  def step(params, inputs):
+    s, lr_s = inputs
+    skey = jax.random.fold_in(key, s)
+    if cfg.batch_size:
+      xb, yb, wb = _select_batch(jax.random.fold_in(skey, 0), x, y, mask, cfg.batch_size)
+    else:
+      xb, yb, wb = x, y, mask
+    denom = jnp.maximum(jnp.sum(wb), 1.0)
+    if per_example:
+      gsum, losses, norms = clipping.per_example_clipped_grad_sum(
+          model, params, xb, yb, wb, hp.clip, ord, cfg.chunk_size)
+      mean_norm = jnp.sum(norms * wb) / denom
+    else:
+      def weighted(p):
+        losses = model.per_example_loss(model.apply(p, xb), yb)
+        return jnp.sum(losses * wb), losses
+      gsum, losses = jax.grad(weighted, has_aux=True)(params)
+      mean_norm = jnp.zeros(())
+    if cfg.noise_placement == "step":
+      gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
+                                  cfg.mechanism)
+    new = jax.tree_util.tree_map(
+        lambda p, g: p - lr_s * (g / denom + cfg.l2_reg * p), params, gsum)
+    if cfg.clip_mode == "param_l2":
+      new, _ = clipping.clip_by_norm(new, hp.clip)
+    return new, (jnp.sum(losses * wb) / denom, mean_norm)
+
+  steps = jnp.arange(cfg.local_steps)
+  params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr))
+  if cfg.clip_mode == "update_l2":
+    delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
+    delta, _ = clipping.clip_by_norm(delta, hp.clip)
+    params = jax.tree_util.tree_map(jnp.add, global_params, delta)
+  if cfg.noise_placement == "upload":
+    params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
+                                  hp.upload_noise, cfg.mechanism)
+  return ClientOutput(params, losses[0], norms[0])

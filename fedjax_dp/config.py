@@ -1,0 +1,192 @@
+"""Experiment configs: ``ml_collections.ConfigDict`` with every field overridable.
+
+A config file is a Python file with ``get_config()`` returning a ConfigDict, usually
+``base_config()`` with some fields changed. ``--set key=value`` overrides any field;
+values are parsed to the field's type (``inf`` is a float, ``true``/``false`` bools,
+``(400,600)`` tuples) and an unknown key is an error that suggests the close ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import ml_collections
+from ml_collections import config_dict
+
+ConfigDict = ml_collections.ConfigDict
+
+
+class ConfigError(ValueError):
+  """A config field has a bad value; the message names the field."""
+
+
+def base_config() -> ConfigDict:
+  """Defaults for every field the engine reads (a small UDP run on ``digits``)."""
+  c = ConfigDict()
+  c.seed = 0
+  c.rounds = 100                 # T: planned communication rounds
+  c.name = "run"
+
+  c.data = ConfigDict()
+  c.data.name = "digits"         # digits | mnist | fashion_mnist | cifar10 | mnist_binary_0v1 ...
+  c.data.dir = config_dict.placeholder(str)   # local dir with the standard files
+  c.data.partition = "iid"       # iid | k_classes | dirichlet | unbalanced | label_skew
+  c.data.num_clients = 10        # U
+  c.data.samples_per_client = 100
+  c.data.classes_per_client = 4  # k_classes
+  c.data.alpha = 0.5             # dirichlet
+  c.data.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
+  c.data.skew = 0.8              # label_skew: fraction s from the dominant label
+
+  c.model = ConfigDict()
+  c.model.name = "mlp_784_256_10"
+
+  c.client = ConfigDict()
+  c.client.local_steps = 1       # E
+  c.client.batch_size = 0        # 0 = full batch
+  c.client.lr = 0.1              # eta
+  c.client.lr_decay = 1.0        # local schedule: lr * lr_decay**s at local step s
+  c.client.clip_mode = "per_example_l2"
+  c.client.clip = 1.0            # C
+  c.client.l2_reg = 0.0
+  c.client.chunk_size = 64
+
+  c.server = ConfigDict()
+  c.server.selection = "uniform"   # uniform (K of U) | poisson | round_robin | all
+  c.server.clients_per_round = 10  # K
+  c.server.q = 0.0                 # Poisson rate (selection=poisson)
+  c.server.aggregation = "normalized"
+  c.server.lr = 1.0
+
+  c.privacy = ConfigDict()
+  c.privacy.epsilon = 4.0          # per-client target; inf disables noise
+  c.privacy.delta = 1e-3
+  c.privacy.mechanism = "gaussian"
+  c.privacy.placement = "upload"   # upload | step | central | none
+  c.privacy.formula = "wei_eq10"   # wei_eq10 | noise_multiplier | calibrated
+  c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
+  c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
+  c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
+
+  c.schedule = ConfigDict()
+  c.schedule.name = "constant"
+
+  c.eval = ConfigDict()
+  c.eval.every = 1
+  c.eval.batch_size = 2048
+  c.progress = True
+  return c
+
+
+def load_config(path: str | Path) -> ConfigDict:
+  """Imports a config file and returns its ``get_config()``."""
+  path = Path(path)
+  if not path.is_file():
+    raise ConfigError(f"config file not found: {path}")
+  spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ConfigError(f"{path} has no get_config()")
+  return module.get_config()
+
+
+def _parse(raw: str, like: Any, key: str, field_type: type | None) -> Any:
+  kind = field_type if like is None else type(like)
+  try:
+    if kind is bool:
+      low = raw.strip().lower()
+      if low not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(raw)
+      return low in ("true", "1", "yes")
+    if kind is float:
+      return float(raw)
+    if kind is int:
+      value = float(raw)
+      if not value.is_integer():
+        raise ValueError(raw)
+      return int(value)
+    if kind is str:
+      return raw
+    if kind in (tuple, list):
+      value = ast.literal_eval(raw if raw.strip().startswith(("(", "[")) else f"({raw},)")
+      return tuple(value)
+    try:  # an unset (None) field: a Python literal, else the raw string
+      return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+      return raw
+  except (ValueError, SyntaxError) as e:
+    raise ConfigError(f"--set {key}={raw}: cannot parse as {kind.__name__}") from e
+
+
+# Unset-by-default fields that hold strings (placeholders lose their type in to_dict()).
+_STRING_PLACEHOLDERS = ("data.dir",)
+
+
+def _all_keys(cfg: ConfigDict, prefix: str = "") -> list[str]:
+  keys = []
+  for k, v in cfg.items():
+    full = f"{prefix}{k}"
+    keys.extend(_all_keys(v, full + ".") if isinstance(v, ConfigDict) else [full])
+  return keys
+
+
+def override(cfg: ConfigDict, assignments: Sequence[str]) -> ConfigDict:
+  """Applies ``key=value`` strings to a copy of ``cfg``.
+
+  Raises:
+    ConfigError: malformed assignment, unknown key (with suggestions), bad value.
+  """
+  cfg = ml_collections.ConfigDict(cfg.to_dict(), type_safe=False)
+  known = _all_keys(cfg)
+  for a in assignments:
+    if "=" not in a:
+      raise ConfigError(f"--set expects key=value, got {a!r}")
+    key, raw = a.split("=", 1)
+    key = key.strip()
+    if key not in known:
+      close = difflib.get_close_matches(key, known, n=3)
+      hint = f"; did you mean {', '.join(close)}?" if close else ""
+      raise ConfigError(f"unknown config key {key!r}{hint}")
+    *parents, leaf = key.split(".")
+    node = cfg
+    for p in parents:
+      node = node[p]
+    field_type = str if key in _STRING_PLACEHOLDERS else None
+    node[leaf] = _parse(raw, node[leaf], key, field_type)
+  return cfg
+
+
+def validate(cfg: ConfigDict) -> None:
+  """Checks values that do not need the data; raises :class:`ConfigError` naming the field."""
+  eps = float(cfg.privacy.epsilon)
+  if not eps > 0 or math.isnan(eps):
+    raise ConfigError(f"privacy.epsilon must be > 0 (inf disables noise), got {eps}")
+  for e in cfg.privacy.client_epsilons:
+    if not float(e) > 0:
+      raise ConfigError(f"privacy.client_epsilons must all be > 0, got {e}")
+  if not 0.0 < float(cfg.privacy.delta) < 1.0:
+    raise ConfigError(f"privacy.delta must be in (0, 1), got {cfg.privacy.delta}")
+  if int(cfg.rounds) < 1:
+    raise ConfigError(f"rounds must be >= 1, got {cfg.rounds}")
+  u, k = int(cfg.data.num_clients), int(cfg.server.clients_per_round)
+  if u < 1:
+    raise ConfigError(f"data.num_clients must be >= 1, got {u}")
+  if cfg.server.selection in ("uniform", "round_robin") and not 1 <= k <= u:
+    raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
+                      f"(U={u})]")
+  if cfg.server.selection == "poisson" and not 0.0 < float(cfg.server.q) <= 1.0:
+    raise ConfigError(f"server.q must be in (0, 1] for Poisson selection, got {cfg.server.q}")
+  if float(cfg.client.clip) <= 0:
+    raise ConfigError(f"client.clip must be > 0, got {cfg.client.clip}")
+  if float(cfg.client.lr) <= 0:
+    raise ConfigError(f"client.lr must be > 0, got {cfg.client.lr}")
+  if int(cfg.eval.every) < 1:
+    raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
+  if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
+    raise ConfigError("privacy.noise_multiplier must be >= 0")

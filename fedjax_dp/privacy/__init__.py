@@ -1,0 +1,1 @@
+"""Clipping, noise mechanisms, accountants and the papers' privacy formulas."""

@@ -1,0 +1,195 @@
+"""Clipping: per-example gradient (L2 / L1), parameter-norm and update clipping.
+
+Written for ONE client; callers add the client axis with ``jax.vmap``.
+
+Per-example clipping (Wei et al. Alg. 1 lines 7-8; Fu et al. L1 for Laplace) never
+materialises ``[n, num_params]`` per-example gradients:
+
+* models whose parameters all live in :class:`fedjax_dp.models.layers.Dense` layers
+  use ghost norms + book-keeping (see that module): one forward, one backward to the
+  layer outputs, and one matmul per layer -- about the cost of a non-private step;
+* other models (CNNs) compute per-example gradients with ``vmap`` over chunks of
+  ``chunk_size`` examples inside a ``lax.scan``, so memory is bounded by the chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+
+from fedjax_dp.models.base import Model
+from fedjax_dp.models.layers import GHOST_IN, GHOST_OUT
+
+PyTree = Any
+ORDS = {"l2": 2, "l1": 1}
+
+
+def tree_norm(tree: PyTree, ord: int = 2) -> jax.Array:
+  """L2 (``ord=2``) or L1 (``ord=1``) norm of all leaves taken as one vector."""
+  leaves = jax.tree_util.tree_leaves(tree)
+  if ord == 1:
+    return sum(jnp.sum(jnp.abs(x)) for x in leaves)
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
+
+
+def clip_factor(norm: jax.Array, clip: jax.Array) -> jax.Array:
+  """``min(1, clip / norm)``, safe at ``norm == 0`` (returns 1).
+
+  Written as ``clip / max(norm, clip)`` so it is exact for huge norms and never
+  divides by zero.
+  """
+  return clip / jnp.maximum(norm, clip)
+
+
+def clip_by_norm(tree: PyTree, clip: jax.Array, ord: int = 2) -> tuple[PyTree, jax.Array]:
+  """Scales ``tree`` so its global L2/L1 norm is at most ``clip``.
+
+  Used for the parameter vector after each local step (Yuan et al. Alg. 1) and for a
+  client's model update (DP-FedAvg, McMahan et al. 2018).
+
+  Returns:
+    ``(clipped_tree, norm_before)``.
+  """
+  norm = tree_norm(tree, ord)
+  factor = clip_factor(norm, clip)
+  return jax.tree_util.tree_map(lambda x: x * factor.astype(x.dtype), tree), norm
+
+
+def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
+  """Ghost-norm per-example clipping for all-:class:`Dense` models.
+
+  Args:
+    model: a model with ``model.ghost`` true.
+    params: parameters.
+    x: ``[n, *input_shape]`` inputs.
+    y: ``[n]`` labels.
+    weights: ``[n]`` 1.0 for examples that count, 0.0 for padding.
+    clip: clipping threshold C.
+    ord: 2 or 1.
+
+  Returns:
+    ``(sum_i weights_i * clip(g_i), losses [n], norms [n])``.
+  """
+  variables = {"params": params}
+
+  def perts_of(v):
+    return model.module.apply(v, x, mutable=["perturbations"])[1]["perturbations"]
+
+  perts = jax.tree_util.tree_map(
+      lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(perts_of, variables))
+
+  def weighted_loss(p):
+    logits, state = model.module.apply(
+        {"params": params, "perturbations": p}, x, mutable=["intermediates"])
+    losses = model.per_example_loss(logits, y)
+    return jnp.sum(losses * weights), (state["intermediates"], losses)
+
+  out_grads, (inters, losses) = jax.grad(weighted_loss, has_aux=True)(perts)
+  flat_params = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
+  flat_in = flax.traverse_util.flatten_dict(flax.core.unfreeze(inters))
+  flat_out = flax.traverse_util.flatten_dict(flax.core.unfreeze(out_grads))
+
+  layers = {}
+  for path, g in flat_out.items():
+    assert path[-1] == GHOST_OUT, path
+    (a,) = flat_in[path[:-1] + (GHOST_IN,)]  # one call per layer: no weight sharing
+    layers[path[:-1]] = (a, g)
+
+  def norm_part(a, g):
+    if ord == 1:
+      return jnp.sum(jnp.abs(a), -1) * jnp.sum(jnp.abs(g), -1), jnp.sum(jnp.abs(g), -1)
+    return jnp.sum(a * a, -1) * jnp.sum(g * g, -1), jnp.sum(g * g, -1)
+
+  total = jnp.zeros(x.shape[0], jnp.float32)
+  for prefix, (a, g) in layers.items():
+    kernel_part, bias_part = norm_part(a, g)
+    total = total + kernel_part
+    if prefix + ("bias",) in flat_params:
+      total = total + bias_part
+  norms = total if ord == 1 else jnp.sqrt(total)
+  # ``g`` already carries ``weights`` (it is the gradient of the weighted sum), so
+  # padded examples have g = 0 and contribute nothing.
+  c = clip_factor(norms, clip)
+
+  grads = {}
+  for prefix, (a, g) in layers.items():
+    cg = g * c[:, None]
+    grads[prefix + ("kernel",)] = a.T @ cg
+    if prefix + ("bias",) in flat_params:
+      grads[prefix + ("bias",)] = jnp.sum(cg, 0)
+  missing = set(flat_params) - set(grads)
+  if missing:
+    raise ValueError(
+        f"model {model.name!r} is marked ghost=True but parameters {sorted(missing)} are "
+        "not in ghost Dense layers")
+  return flax.traverse_util.unflatten_dict(grads), losses, norms
+
+
+def _vmap_clipped_sum(model: Model, params, x, y, weights, clip, ord, chunk_size):
+  """Per-example clipping by ``vmap(grad)`` over chunks (any model).
+
+  Memory holds ``chunk_size`` per-example gradients at a time.
+  """
+  n = x.shape[0]
+  chunk = max(1, min(chunk_size, n))
+  num_chunks = -(-n // chunk)
+  pad = num_chunks * chunk - n
+
+  def padded(a):
+    a = jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+    return a.reshape((num_chunks, chunk) + a.shape[1:])
+
+  def one_loss(p, xi, yi):
+    return model.per_example_loss(model.apply(p, xi[None]), yi[None])[0]
+
+  grad_one = jax.vmap(jax.value_and_grad(one_loss), in_axes=(None, 0, 0))
+
+  def body(acc, inputs):
+    xc, yc, wc = inputs
+    losses, g = grad_one(params, xc, yc)
+    norms = jax.vmap(lambda gi: tree_norm(gi, ord))(g)
+    c = clip_factor(norms, clip) * wc
+    acc = jax.tree_util.tree_map(lambda s, gi: s + jnp.tensordot(c, gi, axes=1), acc, g)
+    return acc, (losses, norms)
+
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+  total, (losses, norms) = jax.lax.scan(body, zeros, (padded(x), padded(y), padded(weights)))
+  return total, losses.reshape(-1)[:n], norms.reshape(-1)[:n]
+
+
+def per_example_clipped_grad_sum(model: Model, params, x, y, weights, clip, ord: int = 2,
+                                 chunk_size: int = 64):
+  """Sum over examples of per-example gradients clipped to norm ``clip``.
+
+  ``sum_i weights_i * g_i * min(1, C / ||g_i||)`` where ``g_i`` is the gradient of
+  example i's loss -- Wei et al. Alg. 1 lines 6-8 (before dividing by |D_i|), and
+  DP-SGD's clipped sum (Abadi et al. 2016).
+
+  Args:
+    model: the model.
+    params: parameters (pytree).
+    x: ``[n, *input_shape]``.
+    y: ``[n]`` int labels.
+    weights: ``[n]`` float, 1 for real examples and 0 for padding.
+    clip: threshold C (scalar, may be traced).
+    ord: 2 (L2) or 1 (L1, Fu et al. for the Laplace mechanism).
+    chunk_size: examples per chunk on the per-example-gradient path.
+
+  Returns:
+    ``(clipped_sum, losses [n], norms [n])`` -- norms are before clipping.
+  """
+  if ord not in (1, 2):
+    raise ValueError(f"ord must be 1 or 2, got {ord}")
+  if model.ghost:
+    return _ghost_clipped_sum(model, params, x, y, weights, clip, ord)
+  return _vmap_clipped_sum(model, params, x, y, weights, clip, ord, chunk_size)
+
+
+def per_example_grads_reference(model: Model, params, x, y):
+  """Materialised per-example gradients ``[n, ...]`` (tests and references only)."""
+  def one_loss(p, xi, yi):
+    return model.per_example_loss(model.apply(p, xi[None]), yi[None])[0]
+  return jax.vmap(jax.grad(one_loss), in_axes=(None, 0, 0))(params, x, y)

@@ -1,0 +1,65 @@
+"""Schedules: pure host-side state machines for noise and the number of rounds.
+
+A schedule is three pure functions (ARCHITECTURE.md, decision 7)::
+
+  state = init(ctx)                      # ctx: NoiseContext (privacy targets, sensitivity)
+  plan  = plan(state, t)                 # RoundPlan for round t
+  state = observe(state, t, metrics)     # e.g. CRD reads the test loss
+
+They never touch device arrays; ``metrics`` is a dict of Python floats.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+
+
+class NoiseContext(NamedTuple):
+  """What a schedule needs to turn a privacy target into noise.
+
+  Attributes:
+    epsilon: ``[U]`` per-client target epsilon (inf = no noise).
+    delta: target delta.
+    q: per-round selection probability of a client (K/U, or the Poisson rate).
+    sensitivity: ``[U]`` sensitivity of each client's noised release.
+    rounds: the initial horizon T.
+    noise_fn: ``noise_fn(rounds) -> [U]`` the configured formula's noise scale for a
+      constant schedule over ``rounds`` rounds (e.g. Wei eq. (10)).
+    lr: base local learning rate.
+  """
+
+  epsilon: np.ndarray
+  delta: float
+  q: float
+  sensitivity: np.ndarray
+  rounds: int
+  noise_fn: Callable[[int], np.ndarray]
+  lr: float = 1.0
+
+
+class RoundPlan(NamedTuple):
+  """What the host passes to the device for one round.
+
+  Attributes:
+    noise: ``[U]`` noise scale of every client (std, or Laplace b) for this round.
+    central_noise: server-side noise scale.
+    lr_scale: multiplier on the base learning rate.
+    stop: True when the run must stop before this round.
+    horizon: the currently planned number of rounds T.
+  """
+
+  noise: np.ndarray
+  central_noise: float
+  lr_scale: float
+  stop: bool
+  horizon: int
+
+
+class Schedule(NamedTuple):
+  """A schedule's three pure functions."""
+
+  init: Callable[[NoiseContext], Any]
+  plan: Callable[[Any, int], RoundPlan]
+  observe: Callable[[Any, int, Mapping[str, float]], Any]
