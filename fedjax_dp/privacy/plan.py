@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_dp.privacy import accounting, formulas
+from fedjax_dp.privacy import accounting
 
 FORMULAS = ("wei_eq10", "noise_multiplier", "calibrated")
 
@@ -109,6 +109,7 @@ class PrivacyPlan:
     finite = np.isfinite(self.epsilon)
     eps = np.where(finite, self.epsilon, 1.0)
     if self.formula == "wei_eq10":
+      from fedjax_dp.privacy import formulas
       scale = formulas.wei_sigma_eq10(eps, self.delta, self.q, rounds, self.sensitivity)
     elif self.formula == "noise_multiplier":
       scale = self.noise_multiplier * self.sensitivity
@@ -192,8 +193,9 @@ class PrivacyPlan:
     """
     if self.formula != "wei_eq10":
       return self.certified_epsilon(state)
-    if np.any(np.isinf(state.inv_var_sum)):
+    if np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)):
       return math.inf
+    from fedjax_dp.privacy import formulas
     # inv_var_sum holds sum (Delta/sigma)^2: eq. (10) inverted with T = 1, sigma = S^-1/2.
     with np.errstate(divide="ignore"):
       sigma_eff = 1.0 / np.sqrt(state.inv_var_sum)

@@ -1,0 +1,390 @@
+"""Datasets as host numpy arrays: an embedded default, tensorflow-datasets, local files.
+
+Every loader returns a :class:`Dataset` of float32 images ``[N, H, W, C]`` scaled to
+``[0, 1]`` and int32 labels ``[N]``. Sources, in order:
+
+* ``digits``: scikit-learn's 1797 real 8x8 handwritten digits. It ships with the
+  install, so a first run, a notebook or a test needs no network.
+* ``mnist``, ``fashion_mnist``, ``cifar10``: from ``data_dir`` when it is given (the
+  standard distribution files, see :data:`EXPECTED_FILES`), otherwise through
+  tensorflow-datasets (the optional extra ``fedjax_dp[tfds]``). tensorflow-datasets is
+  imported lazily inside the loader: the core never needs TensorFlow or tfds.
+* derived binary tasks, for the linear SVM of Wei et al. (IPUMS-US is not available):
+  ``'<base>_binary_<pos>v<neg>'`` (e.g. ``mnist_binary_0v1``, ``mnist_binary_38v49``) and
+  ``'<base>_odd_even'``; see :func:`binary_labels`.
+
+This module and ``results`` are the only places that touch the file system.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import pickle
+import re
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class Dataset(NamedTuple):
+  """A train/test pair held on the host.
+
+  Attributes:
+    x_train: float32 ``[N, H, W, C]``, values in ``[0, 1]``.
+    y_train: int32 ``[N]``, values in ``[0, num_classes)``.
+    x_test: float32 ``[M, H, W, C]``, values in ``[0, 1]``.
+    y_test: int32 ``[M]``.
+    num_classes: number of classes.
+    name: the name it was loaded under (e.g. ``'mnist'`` or ``'mnist_binary_0v1'``).
+  """
+
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+  name: str
+
+
+class DatasetUnavailableError(RuntimeError):
+  """A dataset could be loaded neither through tensorflow-datasets nor from ``data.dir``."""
+
+
+# Known base datasets. Binary tasks derived from them are accepted by name as well.
+DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10")
+
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_CIFAR_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+_CIFAR_SUBDIR = "cifar-10-batches-py"
+
+# The standard distribution files a local ``data_dir`` must hold, per dataset. IDX files
+# may be gzip-compressed (``.gz``) or not; CIFAR-10 batches may sit in a
+# ``cifar-10-batches-py/`` subfolder (the layout of the official tarball).
+EXPECTED_FILES: dict[str, tuple[str, ...]] = {
+    "mnist": _IDX_FILES, "fashion_mnist": _IDX_FILES, "cifar10": _CIFAR_FILES,
+}
+_NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10}
+_TFDS_NAMES = {"mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10"}
+
+_BINARY_RE = re.compile(r"^(?P<base>[a-z0-9_]+?)_binary_(?P<pos>\d+)v(?P<neg>\d+)$")
+_ODD_EVEN_RE = re.compile(r"^(?P<base>[a-z0-9_]+?)_odd_even$")
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *,
+                 cache: bool = True) -> Dataset:
+  """Loads a dataset by name.
+
+  Args:
+    name: one of :data:`DATASETS`, or a derived binary task
+      ``'<base>_binary_<pos>v<neg>'`` (single-digit class ids, e.g. ``'mnist_binary_0v1'``;
+      positives get label 1, negatives label 0) or ``'<base>_odd_even'`` (odd = 1).
+    data_dir: a directory holding the standard distribution files (see
+      :data:`EXPECTED_FILES`). When given, it is used and tensorflow-datasets is not
+      tried. Ignored for ``digits``, which is embedded.
+    cache: keep the two most recently loaded base datasets in memory, so loading MNIST
+      twice in a process is cheap. Cached arrays are read-only; the cache does not
+      notice files changing on disk (see :func:`clear_cache`).
+
+  Returns:
+    A :class:`Dataset` with float32 images in ``[0, 1]`` and int32 labels.
+
+  Raises:
+    ValueError: unknown ``name`` (``data.name``).
+    DatasetUnavailableError: neither tensorflow-datasets nor ``data_dir`` could provide
+      the data, or ``data_dir`` lacks the expected files.
+  """
+  base, positive, negative = _parse_name(name)
+  resolved = None if data_dir is None else os.path.abspath(os.fspath(data_dir))
+  if base == "digits":
+    resolved = None  # embedded; a data.dir set for other datasets must not matter here
+  loader = _load_base_cached if cache else _load_base
+  ds = loader(base, resolved)
+  if positive is None:
+    return ds
+  return binary_labels(ds, positive, negative, name=name)
+
+
+def binary_labels(dataset: Dataset, positive: Sequence[int],
+                  negative: Sequence[int] | None = None, *, name: str | None = None) -> Dataset:
+  """Derives a binary task: examples of ``positive`` classes -> 1, ``negative`` -> 0.
+
+  Wei et al. (Fig. 4) train a linear SVM on IPUMS-US, which is not available; a binary
+  task carved out of an image dataset stands in for it (their released code uses UCI
+  ADULT, also not shipped here). Examples of classes in neither set are dropped, from
+  both the train and the test split.
+
+  Args:
+    dataset: the source dataset.
+    positive: class ids mapped to label 1.
+    negative: class ids mapped to label 0; default: every other class (one-vs-rest).
+    name: the new dataset's name; default ``'<name>_binary_<pos>v<neg>'``.
+
+  Returns:
+    A :class:`Dataset` with ``num_classes == 2``.
+  """
+  positive = tuple(sorted({int(c) for c in positive}))
+  if negative is None:
+    negative = tuple(c for c in range(dataset.num_classes) if c not in positive)
+  negative = tuple(sorted({int(c) for c in negative}))
+  for c in positive + negative:
+    if not 0 <= c < dataset.num_classes:
+      raise ValueError(f"data.name: binary task on {dataset.name!r} names class {c}, "
+                       f"which is outside [0, {dataset.num_classes}).")
+  if not positive or not negative or set(positive) & set(negative):
+    raise ValueError(f"data.name: binary task needs non-empty, disjoint positive and "
+                     f"negative classes, got {positive} vs {negative}.")
+  if name is None:
+    name = f"{dataset.name}_binary_{''.join(map(str, positive))}v{''.join(map(str, negative))}"
+
+  def split(x, y):
+    keep = np.isin(y, positive + negative)
+    return x[keep], np.isin(y[keep], positive).astype(np.int32)
+
+  x_train, y_train = split(dataset.x_train, dataset.y_train)
+  x_test, y_test = split(dataset.x_test, dataset.y_test)
+  return Dataset(x_train, y_train, x_test, y_test, 2, name)
+
+
+def clear_cache() -> None:
+  """Empties the in-process dataset cache used by :func:`load_dataset`."""
+  _load_base_cached.cache_clear()
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def _parse_name(name: str) -> tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]:
+  """Splits a dataset name into (base, positive classes, negative classes)."""
+  if not isinstance(name, str):
+    raise ValueError(f"data.name must be a string, got {name!r}.")
+  if name in DATASETS:
+    return name, None, None
+  m = _BINARY_RE.match(name)
+  if m and m.group("base") in DATASETS:
+    return m.group("base"), tuple(map(int, m.group("pos"))), tuple(map(int, m.group("neg")))
+  m = _ODD_EVEN_RE.match(name)
+  if m and m.group("base") in DATASETS:
+    n = _NUM_CLASSES[m.group("base")]
+    return m.group("base"), tuple(range(1, n, 2)), tuple(range(0, n, 2))
+  raise ValueError(f"data.name={name!r} is not a known dataset. Known: {', '.join(DATASETS)}; "
+                   "binary tasks: '<base>_binary_<pos>v<neg>' (e.g. 'mnist_binary_0v1') or "
+                   "'<base>_odd_even'.")
+
+
+def _load_base(name: str, data_dir: str | None) -> Dataset:
+  if name == "digits":
+    return _load_digits()
+  if data_dir is not None:
+    return _load_local(name, data_dir)
+  return _load_tfds(name)
+
+
+@functools.lru_cache(maxsize=2)  # CIFAR-10 as float32 is ~740 MB: keep the cache small
+def _load_base_cached(name: str, data_dir: str | None) -> Dataset:
+  ds = _load_base(name, data_dir)
+  for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+    a.flags.writeable = False  # shared between callers: an in-place edit would leak
+  return ds
+
+
+def _finish(name, x_train, y_train, x_test, y_test) -> Dataset:
+  """Casts raw uint8 images ``[N, H, W(, C)]`` and labels to the :class:`Dataset` format."""
+
+  def images(x):
+    x = np.asarray(x)
+    if x.ndim == 3:
+      x = x[..., None]  # grey-scale: add the channel axis
+    # Divide in float32 directly: an intermediate float64 copy of CIFAR would be 1.2 GB.
+    return np.divide(x, np.float32(255.0), dtype=np.float32)
+
+  return Dataset(images(x_train), np.asarray(y_train, np.int32), images(x_test),
+                 np.asarray(y_test, np.int32), _NUM_CLASSES[name], name)
+
+
+# ----------------------------------------------------------------------------- digits
+
+
+def _load_digits() -> Dataset:
+  """scikit-learn's digits: 8x8 grey images with 17 intensity levels (0..16).
+
+  A fixed, seeded, stratified 80/20 split (1437 train / 360 test), so every run and
+  every machine sees the same split.
+  """
+  from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+  from sklearn.model_selection import train_test_split  # pylint: disable=import-outside-toplevel
+
+  bunch = load_digits()
+  x = (bunch.images / 16.0).astype(np.float32)[..., None]  # [1797, 8, 8, 1] in [0, 1]
+  y = bunch.target.astype(np.int32)
+  x_train, x_test, y_train, y_test = train_test_split(
+      x, y, test_size=0.2, stratify=y, random_state=0)
+  return Dataset(x_train, y_train, x_test, y_test, 10, "digits")
+
+
+# ----------------------------------------------------------------------------- local files
+
+
+def _load_local(name: str, data_dir: str) -> Dataset:
+  if not os.path.isdir(data_dir):
+    raise DatasetUnavailableError(
+        f"data.dir={data_dir!r} is not a directory; it should hold the {name} files "
+        f"{_describe_files(name)}.")
+  if name == "cifar10":
+    return _load_cifar_dir(data_dir)
+  return _load_idx_dir(name, data_dir)
+
+
+def _describe_files(name: str) -> str:
+  files = ", ".join(EXPECTED_FILES[name])
+  if name == "cifar10":
+    return f"{files} (CIFAR-10 python batches, optionally inside {_CIFAR_SUBDIR}/)"
+  return f"{files} (IDX format, each optionally gzip-compressed with a .gz suffix)"
+
+
+def _find_idx(data_dir: str, stem: str) -> str | None:
+  for candidate in (stem, stem + ".gz"):
+    path = os.path.join(data_dir, candidate)
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def _read_idx(path: str) -> np.ndarray:
+  """Reads one IDX file (gzip or not): big-endian header, then unsigned bytes."""
+  with open(path, "rb") as f:
+    raw = f.read()
+  if raw[:2] == b"\x1f\x8b":  # gzip magic: decide by content, not by the file name
+    raw = gzip.decompress(raw)
+  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+    raise DatasetUnavailableError(f"{path} is not an unsigned-byte IDX file (bad magic number).")
+  ndim = raw[3]
+  dims = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+  offset = 4 + 4 * ndim
+  if len(raw) - offset != int(np.prod(dims)):
+    raise DatasetUnavailableError(f"{path}: header says shape {dims}, but the file holds "
+                                  f"{len(raw) - offset} bytes of data.")
+  return np.frombuffer(raw, np.uint8, offset=offset).reshape(dims)
+
+
+def _load_idx_dir(name: str, data_dir: str) -> Dataset:
+  """MNIST / Fashion-MNIST from the four standard IDX files."""
+  paths = {stem: _find_idx(data_dir, stem) for stem in _IDX_FILES}
+  missing = [stem for stem, p in paths.items() if p is None]
+  if missing:
+    raise DatasetUnavailableError(
+        f"data.dir={data_dir!r} lacks the {name} files {', '.join(missing)} (with or without "
+        f".gz). Expected: {_describe_files(name)}.")
+  x_train, y_train, x_test, y_test = (_read_idx(paths[stem]) for stem in _IDX_FILES)
+  for x, y, split in ((x_train, y_train, "train"), (x_test, y_test, "t10k")):
+    if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+      raise DatasetUnavailableError(f"data.dir={data_dir!r}: {split} images {x.shape} and "
+                                    f"labels {y.shape} do not match.")
+  return _finish(name, x_train, y_train, x_test, y_test)
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+  """Unpickles CIFAR-10 batches but refuses anything beyond plain numpy arrays.
+
+  A pickle can run arbitrary code; the batches only need numpy's array reconstruction.
+  """
+
+  _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+              ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+              ("numpy._core.multiarray", "scalar"),
+              ("_codecs", "encode")}  # bytes in protocol-2 pickles written by Python 3
+
+  def find_class(self, module, name):
+    if (module, name) not in self._ALLOWED:
+      raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR-10 batch")
+    return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """One python batch: ``data [n, 3072]`` uint8 (1024 R, 1024 G, 1024 B), ``labels [n]``."""
+  with open(path, "rb") as f:
+    # encoding='bytes': the official batches were pickled by Python 2.
+    batch = _NumpyOnlyUnpickler(f, encoding="bytes").load()
+  get = lambda key: batch[key.encode()] if key.encode() in batch else batch[key]
+  data = np.asarray(get("data"), np.uint8)
+  labels = np.asarray(get("labels"), np.int64)
+  images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # -> [n, H, W, C]
+  if len(images) != len(labels):
+    raise DatasetUnavailableError(f"{path}: {len(images)} images but {len(labels)} labels.")
+  return images, labels
+
+
+def _load_cifar_dir(data_dir: str) -> Dataset:
+  """CIFAR-10 from the python batches ``data_batch_1..5`` and ``test_batch``."""
+  for folder in (data_dir, os.path.join(data_dir, _CIFAR_SUBDIR)):
+    if all(os.path.isfile(os.path.join(folder, f)) for f in _CIFAR_FILES):
+      break
+  else:
+    missing = [f for f in _CIFAR_FILES if not os.path.isfile(os.path.join(data_dir, f))]
+    raise DatasetUnavailableError(
+        f"data.dir={data_dir!r} lacks the cifar10 files {', '.join(missing)} (looked there and "
+        f"in {_CIFAR_SUBDIR}/). Expected: {_describe_files('cifar10')}.")
+  train = [_read_cifar_batch(os.path.join(folder, f)) for f in _CIFAR_FILES[:-1]]
+  x_test, y_test = _read_cifar_batch(os.path.join(folder, _CIFAR_FILES[-1]))
+  x_train = np.concatenate([x for x, _ in train])
+  y_train = np.concatenate([y for _, y in train])
+  return _finish("cifar10", x_train, y_train, x_test, y_test)
+
+
+# ----------------------------------------------------------------------------- tfds
+
+
+def _unavailable(name: str, reason: str) -> DatasetUnavailableError:
+  return DatasetUnavailableError(
+      f"Cannot load data.name={name!r}: {reason}\nEither install the optional extra "
+      f"(pip install 'fedjax_dp[tfds]') on a machine with network access, so that "
+      f"tensorflow-datasets can download it, or set data.dir= to a directory holding the "
+      f"standard files: {_describe_files(name)}. The embedded 'digits' dataset needs neither.")
+
+
+def _read_all(source) -> list[dict]:
+  """All records of a tfds random-access data source, in order."""
+  n = len(source)
+  try:
+    records = []
+    for start in range(0, n, 4096):  # batched reads are much faster than one by one
+      records.extend(source.__getitems__(list(range(start, min(n, start + 4096)))))
+    return records
+  except (AttributeError, TypeError):  # older tfds / mocked sources: one by one
+    return [source[i] for i in range(n)]
+
+
+def _load_tfds(name: str) -> Dataset:
+  """Loads through tensorflow-datasets, without TensorFlow where possible.
+
+  ``tfds.data_source`` (random-access ArrayRecord files, numpy records) needs no
+  TensorFlow; ``tfds.load(..., batch_size=-1)`` is the fallback for installs that have it.
+  """
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError as err:
+    raise _unavailable(name, f"tensorflow-datasets is not installed ({err}).") from err
+
+  tfds_name = _TFDS_NAMES[name]
+  try:
+    splits = {}
+    for split in ("train", "test"):
+      records = _read_all(tfds.data_source(tfds_name, split=split))
+      splits[split] = (np.stack([r["image"] for r in records]),
+                       np.asarray([r["label"] for r in records]))
+  except Exception as err:  # pylint: disable=broad-except
+    first = err
+    try:  # needs TensorFlow
+      splits = {split: tuple(tfds.as_numpy(tfds.load(tfds_name, split=split, batch_size=-1,
+                                                      as_supervised=True)))
+                for split in ("train", "test")}
+    except Exception as second:  # pylint: disable=broad-except
+      raise _unavailable(
+          name, f"tensorflow-datasets failed ({type(first).__name__}: {first}; "
+          f"fallback tfds.load: {type(second).__name__}: {second}).") from first
+  return _finish(name, *splits["train"], *splits["test"])

@@ -1,0 +1,566 @@
+"""Partitioners: split a training set over clients. Pure numpy, seeded, host side.
+
+Every partitioner takes the training labels ``[N]`` and returns one int64 array of
+indices into the training set per client (``list[np.ndarray]``, each sorted ascending).
+No example is given to two clients. Randomness comes only from
+``np.random.default_rng(seed)``, so the same arguments give the same split on every
+machine.
+
+==============  ===================================================================
+``iid``         the same number of uniformly drawn examples per client
+``k_classes``   k classes per client in equal amounts, distinct class sets (Wei Fig. 12)
+``dirichlet``   per-client label proportions ~ Dir(alpha 1_C) (Hsu et al. 2019)
+``unbalanced``  IID, with client sizes given per client (Wei Fig. 13)
+``label_skew``  a fraction s of each client's data from one dominant label (A-DPFL)
+==============  ===================================================================
+
+:func:`partition` dispatches by name and checks the arguments, naming the config
+field (``data.partition``, ``data.samples_per_client``, ...), before any heavy work.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+# Above this many class subsets, k_classes scores a random sample of them per client
+# instead of all of them (C(10, 4) = 210 is enumerated; C(100, 5) = 75M is not).
+_MAX_ENUMERATED_SUBSETS = 20_000
+_SUBSET_CANDIDATES = 512
+_SUBSET_ATTEMPTS = 16
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _labels(labels) -> np.ndarray:
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"labels must be a 1-D integer array, got shape {labels.shape} and "
+                     f"dtype {labels.dtype}.")
+  return labels
+
+
+def _positive_int(value, field: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{field} must be a positive integer, got {value!r}.")
+  return int(value)
+
+
+def _check_total(total: int, n: int, field: str, detail: str) -> None:
+  if total > n:
+    raise ValueError(f"{field}: {detail} needs {total} examples, but the training set has "
+                     f"only {n}.")
+
+
+def _default_size(labels: np.ndarray, num_clients: int, samples_per_client) -> int:
+  """``samples_per_client``, or ``floor(N / num_clients)`` when it is None (A-DPFL's n_i)."""
+  if samples_per_client is None:
+    size = len(labels) // num_clients
+    if size < 1:
+      raise ValueError(f"data.num_clients={num_clients} exceeds the {len(labels)} training "
+                       "examples.")
+    return size
+  return _positive_int(samples_per_client, "data.samples_per_client")
+
+
+def _finish(chunks) -> list[np.ndarray]:
+  return [np.sort(np.asarray(c, np.int64)) for c in chunks]
+
+
+# ----------------------------------------------------------------------------- iid
+
+
+def iid(labels, num_clients: int, samples_per_client: int | None = None,
+        seed: int = 0) -> list[np.ndarray]:
+  """IID: each client gets ``samples_per_client`` examples drawn without replacement.
+
+  The setting of Wei et al. (UDP/CRD) for every figure except 12 and 13
+  (``|D_i| = 800``, U = 50) and of A-DPFL's "IID" column (``n_i = floor(N / U)``).
+
+  Args:
+    labels: training labels ``[N]`` (only their number matters here).
+    num_clients: U.
+    samples_per_client: examples per client; default ``floor(N / U)``.
+    seed: seed of ``np.random.default_rng``.
+
+  Returns:
+    U sorted int64 index arrays of length ``samples_per_client``.
+  """
+  labels = _labels(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  size = _default_size(labels, num_clients, samples_per_client)
+  _check_total(num_clients * size, len(labels), "data.samples_per_client",
+               f"{num_clients} clients x {size} samples")
+  rng = np.random.default_rng(seed)
+  chosen = rng.permutation(len(labels))[:num_clients * size]
+  return _finish(chosen.reshape(num_clients, size))
+
+
+# ----------------------------------------------------------------------------- unbalanced
+
+
+def group_sizes(groups: Sequence[int] = (400, 600, 800, 1000, 1200),
+                clients_per_group: int = 10) -> list[int]:
+  """Expands group sizes into per-client sizes, group by group.
+
+  Wei et al. Fig. 13: five groups of 400, 600, 800, 1000 and 1200 samples; the paper does
+  not say how many clients each group has, 10 each gives its U = 50.
+
+  Example: ``group_sizes((400, 600), 2) == [400, 400, 600, 600]``.
+  """
+  clients_per_group = _positive_int(clients_per_group, "data.clients_per_group")
+  for g in groups:
+    _positive_int(g, "data.groups")
+  return [int(g) for g in groups for _ in range(clients_per_group)]
+
+
+def unbalanced(labels, sizes: Sequence[int], seed: int = 0) -> list[np.ndarray]:
+  """IID draws of different sizes: client ``i`` gets ``sizes[i]`` examples.
+
+  Wei et al. Fig. 13 ("unbalanced"): 5 groups of 400/600/800/1000/1200 samples; build
+  ``sizes`` with :func:`group_sizes`. Examples are drawn without replacement.
+
+  Args:
+    labels: training labels ``[N]``.
+    sizes: one positive size per client.
+    seed: seed of ``np.random.default_rng``.
+
+  Returns:
+    ``len(sizes)`` sorted int64 index arrays, the i-th of length ``sizes[i]``.
+  """
+  labels = _labels(labels)
+  sizes = [_positive_int(s, "data.sizes") for s in sizes]
+  if not sizes:
+    raise ValueError("data.sizes must name at least one client size.")
+  _check_total(sum(sizes), len(labels), "data.sizes", f"sizes summing to {sum(sizes)}")
+  rng = np.random.default_rng(seed)
+  chosen = rng.permutation(len(labels))[:sum(sizes)]
+  return _finish(np.split(chosen, np.cumsum(sizes)[:-1]))
+
+
+# ----------------------------------------------------------------------------- k classes
+
+
+def _unrank_subset(rank: int, n: int, k: int) -> tuple[int, ...]:
+  """The ``rank``-th k-subset of ``range(n)``, lexicographic (combinatorial number system)."""
+  subset, c = [], 0
+  while k:
+    count = math.comb(n - c - 1, k - 1)  # subsets that start with c
+    if rank < count:
+      subset.append(c)
+      k -= 1
+    else:
+      rank -= count
+    c += 1
+  return tuple(subset)
+
+
+def _choose_subsets(capacity: np.ndarray, num_clients: int, k: int, rng: np.random.Generator,
+                    jitter: float) -> list[np.ndarray] | None:
+  """Greedy choice of distinct k-subsets of classes within per-class capacities.
+
+  Client by client, among unused subsets whose classes all have capacity left, take the
+  one with the smallest summed fraction of capacity used *after* taking it, plus uniform
+  noise in ``[0, jitter)``. This spreads the load in proportion to the class counts and
+  draws on scarce classes last. Returns None when it gets stuck.
+  """
+  num_classes = len(capacity)
+  num_subsets = math.comb(num_classes, k)
+  used = np.zeros(num_classes, np.int64)
+  enumerate_all = num_subsets <= _MAX_ENUMERATED_SUBSETS
+  if enumerate_all:
+    all_subsets = np.array(list(itertools.combinations(range(num_classes), k)), np.int64)
+    available = np.ones(num_subsets, bool)
+  taken: set[tuple[int, ...]] = set()
+  subsets = []
+  for _ in range(num_clients):
+    if enumerate_all:
+      rows = np.flatnonzero(available)
+      cands = all_subsets[rows]
+    else:
+      ranks = rng.choice(num_subsets, size=min(_SUBSET_CANDIDATES, num_subsets), replace=False)
+      cands = np.array([_unrank_subset(int(r), num_classes, k) for r in ranks], np.int64)
+      fresh = np.array([tuple(c) not in taken for c in cands.tolist()], bool)
+      rows, cands = None, cands[fresh]
+    if not len(cands):
+      return None
+    feasible = np.all(used[cands] < capacity[cands], axis=1)
+    if not feasible.any():
+      return None
+    fill = ((used[cands] + 1) / np.maximum(capacity[cands], 1)).sum(axis=1)
+    score = np.where(feasible, fill + rng.uniform(0, jitter, len(fill)), np.inf)
+    best = int(np.argmin(score))
+    subset = cands[best]
+    if enumerate_all:
+      available[rows[best]] = False
+    taken.add(tuple(subset.tolist()))
+    used[subset] += 1
+    subsets.append(subset)
+  return subsets
+
+
+def k_classes(labels, num_clients: int, k: int, samples_per_client: int,
+              seed: int = 0) -> list[np.ndarray]:
+  """Each client holds exactly ``k`` classes in equal amounts; no two share a class set.
+
+  Wei et al. Fig. 12 (non-IID): "each MT has four kinds of digits with the same amount,
+  and the variety is different from all other MTs"; spec resolution: 50 clients, each a
+  distinct 4-subset of {0..9} (210 exist), 200 samples per class, ``|D_i| = 800``.
+
+  How subsets are chosen: a randomized greedy (:func:`_choose_subsets`) that keeps every
+  class's share of use proportional to its count, retried with more randomness if it
+  gets stuck. Uniformly random subsets would use some classes far more than others and
+  run out (MNIST class 5 has 5421 examples; 50 x 4 x 200 draws need ~4000 per class on
+  average). Examples of each class are shuffled and handed out in chunks of
+  ``samples_per_client / k``.
+
+  Args:
+    labels: training labels ``[N]``; the classes are the distinct values present.
+    num_clients: U, at most C(num_classes, k).
+    k: classes per client.
+    samples_per_client: examples per client, a multiple of ``k``.
+    seed: seed of ``np.random.default_rng``.
+
+  Returns:
+    U sorted int64 index arrays of length ``samples_per_client``.
+
+  Raises:
+    ValueError: impossible settings (too many clients for distinct subsets,
+      ``samples_per_client`` not a multiple of k, not enough examples of a class).
+  """
+  labels = _labels(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  k = _positive_int(k, "data.k")
+  size = _positive_int(samples_per_client, "data.samples_per_client")
+  classes, counts = np.unique(labels, return_counts=True)
+  num_classes = len(classes)
+  if k > num_classes:
+    raise ValueError(f"data.k={k} exceeds the {num_classes} classes in the training set.")
+  if size % k:
+    raise ValueError(f"data.samples_per_client={size} must be a multiple of data.k={k} "
+                     "(equal amounts of each class).")
+  num_subsets = math.comb(num_classes, k)
+  if num_clients > num_subsets:
+    raise ValueError(f"data.num_clients={num_clients} exceeds C({num_classes}, {k}) = "
+                     f"{num_subsets}, the number of distinct {k}-class sets.")
+  per_class = size // k
+  _check_total(num_clients * size, len(labels), "data.samples_per_client",
+               f"{num_clients} clients x {size} samples")
+  capacity = counts // per_class  # how many clients each class can serve
+  if capacity.sum() < num_clients * k:
+    raise ValueError(f"data.samples_per_client={size}: {num_clients} clients x {k} classes "
+                     f"x {per_class} samples cannot be cut from class counts {counts.tolist()}.")
+
+  rng = np.random.default_rng(seed)
+  subsets = None
+  for attempt in range(_SUBSET_ATTEMPTS):
+    # Attempt 0 is the plain greedy (noise only breaks ties); later attempts add more noise.
+    jitter = min(0.5 * attempt, 1.5) + 1e-6
+    subsets = _choose_subsets(capacity, num_clients, k, rng, jitter)
+    if subsets is not None:
+      break
+  if subsets is None:
+    raise ValueError(f"data.samples_per_client={size}: found no {num_clients} distinct "
+                     f"{k}-class sets with {per_class} examples per class in class counts "
+                     f"{counts.tolist()} ({_SUBSET_ATTEMPTS} randomized greedy attempts); "
+                     "use fewer clients or samples.")
+
+  # Hand out shuffled examples of each class, per_class at a time.
+  pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+  cursor = np.zeros(num_classes, np.int64)
+  out = []
+  for subset in subsets:
+    parts = []
+    for j in subset:
+      parts.append(pools[j][cursor[j]:cursor[j] + per_class])
+      cursor[j] += per_class
+    out.append(np.concatenate(parts))
+  return _finish(out)
+
+
+# ----------------------------------------------------------------------------- dirichlet
+
+
+def dirichlet(labels, num_clients: int, alpha: float, seed: int = 0,
+              samples_per_client: int | None = None) -> list[np.ndarray]:
+  """Per-client label proportions ``p_i ~ Dir(alpha 1_C)``, fixed client size.
+
+  Variant: **Hsu, Qi, Brown (2019), "Measuring the effects of non-identical data
+  distribution"**: every client draws its own label distribution ``p_i`` from a
+  symmetric Dirichlet over the C classes, then ``samples_per_client`` examples with those
+  proportions, without replacement. (Hsu et al. scale a prior: ``Dir(alpha p)``; with
+  the near-balanced MNIST/CIFAR-10 prior this is the symmetric form used here.) This is
+  *not* the per-class variant ``q_c ~ Dir(alpha 1_U)`` of Yurochkin et al. (2019) /
+  Wang et al. (2020), which splits each class over clients and gives clients unequal
+  sizes. The fixed size keeps the per-client sensitivity ``2C/|D_i|`` of the UDP papers
+  equal across clients.
+
+  Small alpha -> each client dominated by few classes; large alpha -> close to IID.
+  When a class runs out, the clients that still want it draw the shortfall from the
+  remaining classes in proportion to their own ``p_i``; clients are filled in a random
+  order, so no client is systematically last.
+
+  Args:
+    labels: training labels ``[N]``.
+    num_clients: U.
+    alpha: Dirichlet concentration, > 0.
+    seed: seed of ``np.random.default_rng``.
+    samples_per_client: examples per client; default ``floor(N / U)``.
+
+  Returns:
+    U sorted int64 index arrays of length ``samples_per_client``.
+  """
+  labels = _labels(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  if not (isinstance(alpha, (int, float, np.floating, np.integer)) and alpha > 0
+          and math.isfinite(alpha)):
+    raise ValueError(f"data.alpha must be a positive finite number, got {alpha!r}.")
+  size = _default_size(labels, num_clients, samples_per_client)
+  _check_total(num_clients * size, len(labels), "data.samples_per_client",
+               f"{num_clients} clients x {size} samples")
+  rng = np.random.default_rng(seed)
+  classes = np.unique(labels)
+  num_classes = len(classes)
+  proportions = rng.dirichlet(np.full(num_classes, float(alpha)), size=num_clients)
+  pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+  left = np.array([len(p) for p in pools], np.int64)
+  cursor = np.zeros(num_classes, np.int64)
+  out: list[np.ndarray] = [None] * num_clients  # type: ignore[list-item]
+  for i in rng.permutation(num_clients):
+    want = np.zeros(num_classes, np.int64)
+    need = size
+    p = np.nan_to_num(proportions[i])
+    while need:
+      weights = np.where(left - want > 0, p, 0.0)
+      if weights.sum() <= 0:  # this client's classes are exhausted: fall back to uniform
+        weights = (left - want > 0).astype(float)
+      draw = rng.multinomial(need, weights / weights.sum())
+      draw = np.minimum(draw, left - want)
+      want += draw
+      need -= int(draw.sum())
+    parts = [pools[j][cursor[j]:cursor[j] + want[j]] for j in range(num_classes)]
+    cursor += want
+    left -= want
+    out[i] = np.concatenate(parts)
+  return _finish(out)
+
+
+# ----------------------------------------------------------------------------- label skew
+
+
+def adpfl_skews(num_clients: int, seed: int = 0, evenly_spaced: bool = False) -> np.ndarray:
+  """Per-client skews for A-DPFL's Fig. 3 setting (spec adpfl.md section 5.2, step 2).
+
+  Returns ``[num_clients]`` values from {0.0, 0.1, ..., 1.0}: i.i.d. uniform draws, or
+  (``evenly_spaced=True``) spread evenly over the clients.
+  """
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  levels = np.round(np.linspace(0.0, 1.0, 11), 1)
+  if evenly_spaced:
+    return levels[np.arange(num_clients) * 11 // num_clients]
+  return np.random.default_rng(seed).choice(levels, size=num_clients)
+
+
+def label_skew(labels, num_clients: int, s: float | Sequence[float],
+               samples_per_client: int | None = None, seed: int = 0,
+               remainder: str = "others") -> list[np.ndarray]:
+  """A fraction ``s`` of each client's data comes from one dominant label.
+
+  A-DPFL's "redefined non-IID" partition (Sec. 6.1, Fig. 3; spec adpfl.md section 5.2):
+  "a 20% skewness means that 20% of the participants' data are divided by labels and
+  80% of the data are randomly selected with different labels". The paper leaves the
+  details open; the spec's resolution, implemented here:
+
+  1. client i's dominant label is ``classes[i mod C]`` (round robin, so the global
+     label marginal stays about balanced);
+  2. it gets ``round(s_i n_i)`` examples of its dominant label, without replacement;
+  3. the other ``n_i - round(s_i n_i)`` are drawn uniformly at random from the examples
+     left over. With ``remainder='others'`` (default) only examples of *other* labels
+     qualify, so the dominant fraction is exactly ``round(s_i n_i) / n_i``; note that
+     ``s = 0`` then still keeps the dominant label out of the client (use :func:`iid`
+     for an IID baseline). ``remainder='all'`` draws from every label (spec step 5),
+     so the dominant fraction is at least ``s_i`` and ``s = 0`` is IID.
+
+  ``s`` may be one number for all clients (Hsieh et al. 2020 style) or one per client,
+  as in A-DPFL where skew varies by participant (see :func:`adpfl_skews`).
+
+  Step 3 stays exact even when every training example is used (A-DPFL's MNIST setting:
+  1000 clients x 60 = 60000): the remainder is dealt out at random, and each example that
+  lands on a client whose dominant label it carries is swapped with a random compatible
+  one, which always exists when the feasibility checks pass.
+
+  Args:
+    labels: training labels ``[N]``.
+    num_clients: U.
+    s: skew in [0, 1], a scalar or ``[U]``.
+    samples_per_client: n_i for every client; default ``floor(N / U)``.
+    seed: seed of ``np.random.default_rng``.
+    remainder: ``'others'`` or ``'all'``, see step 3.
+
+  Returns:
+    U sorted int64 index arrays of length ``samples_per_client``.
+  """
+  labels = _labels(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  size = _default_size(labels, num_clients, samples_per_client)
+  if remainder not in ("others", "all"):
+    raise ValueError(f"data.remainder must be 'others' or 'all', got {remainder!r}.")
+  skew = np.asarray(s, np.float64)
+  if skew.ndim == 0:
+    skew = np.full(num_clients, float(skew))
+  if skew.shape != (num_clients,):
+    raise ValueError(f"data.s must be a number or one value per client ({num_clients}), "
+                     f"got shape {skew.shape}.")
+  if not np.all((skew >= 0) & (skew <= 1)):
+    raise ValueError(f"data.s must lie in [0, 1], got values in [{skew.min()}, {skew.max()}].")
+  _check_total(num_clients * size, len(labels), "data.samples_per_client",
+               f"{num_clients} clients x {size} samples")
+
+  classes, counts = np.unique(labels, return_counts=True)
+  num_classes = len(classes)
+  dominant = np.arange(num_clients) % num_classes  # position in `classes`
+  first = np.rint(skew * size).astype(np.int64)   # dominant-label examples per client
+  demand = np.bincount(dominant, weights=first, minlength=num_classes).astype(np.int64)
+  if np.any(demand > counts):
+    c = int(np.argmax(demand - counts))
+    raise ValueError(f"data.s: clients dominated by class {classes[c]} need {demand[c]} of its "
+                     f"examples, but there are only {counts[c]}; lower data.s or "
+                     "data.samples_per_client.")
+  label_pos = np.searchsorted(classes, labels)  # labels as positions in `classes`
+  rest = size - first
+  if remainder == "others":
+    pool_left = counts - demand
+    rest_by_class = np.bincount(dominant, weights=rest, minlength=num_classes).astype(np.int64)
+    other = pool_left.sum() - pool_left
+    if np.any(rest_by_class > other):
+      c = int(np.argmax(rest_by_class - other))
+      raise ValueError(f"data.s: clients dominated by class {classes[c]} need "
+                       f"{rest_by_class[c]} examples of other classes, but only {other[c]} "
+                       "are left; lower data.samples_per_client.")
+
+  rng = np.random.default_rng(seed)
+  # Phase 1: the dominant-label share.
+  pools = [rng.permutation(np.flatnonzero(label_pos == j)) for j in range(num_classes)]
+  cursor = np.zeros(num_classes, np.int64)
+  head = []
+  for i in range(num_clients):
+    j = dominant[i]
+    head.append(pools[j][cursor[j]:cursor[j] + first[i]])
+    cursor[j] += first[i]
+  # Phase 2: deal the leftover examples at random to the remaining slots; positions past
+  # the slots are unused spares.
+  leftover = rng.permutation(np.concatenate([p[cursor[j]:] for j, p in enumerate(pools)]))
+  slot_owner = np.repeat(np.arange(num_clients), rest)
+  num_slots = len(slot_owner)
+  if remainder == "others":
+    # -1 (no constraint) for spares.
+    slot_dom = np.concatenate([dominant[slot_owner], np.full(len(leftover) - num_slots, -1)])
+    _repair_conflicts(leftover, label_pos, slot_dom, rng)
+  tails = np.split(leftover[:num_slots], np.cumsum(rest)[:-1])
+  return _finish(np.concatenate([h, t]) for h, t in zip(head, tails))
+
+
+def _repair_conflicts(items: np.ndarray, label_pos: np.ndarray, slot_dom: np.ndarray,
+                      rng: np.random.Generator) -> None:
+  """Swaps items in place until no item sits in a slot whose forbidden class it carries.
+
+  A conflict (item of class c in a slot forbidding c) is swapped with any position whose
+  item is not of class c and whose slot does not forbid c; both end up valid, so every
+  swap removes a conflict and creates none. Such a partner exists whenever the slots
+  forbidding c are no more than the items of other classes (checked by the caller).
+  """
+  conflicts = np.flatnonzero(label_pos[items] == slot_dom)
+  n = len(items)
+  for j in rng.permutation(conflicts):
+    c = slot_dom[j]
+    if label_pos[items[j]] != c:
+      continue  # already fixed: it was the partner of an earlier swap
+    partner = -1
+    for k in rng.integers(0, n, size=32):  # a random partner is valid ~90% of the time
+      if label_pos[items[k]] != c and slot_dom[k] != c:
+        partner = int(k)
+        break
+    if partner < 0:
+      valid = np.flatnonzero((label_pos[items] != c) & (slot_dom != c))
+      if not len(valid):
+        raise ValueError("data.s: no compatible example left to complete the label-skew "
+                         "partition; lower data.samples_per_client.")
+      partner = int(rng.choice(valid))
+    items[j], items[partner] = items[partner], items[j]
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def _unbalanced_from_config(labels, num_clients: int, seed: int = 0,
+                            sizes: Sequence[int] | None = None,
+                            groups: Sequence[int] | None = None,
+                            clients_per_group: int | None = None) -> list[np.ndarray]:
+  """``unbalanced`` driven by config fields: ``sizes``, or ``groups`` (+ clients per group)."""
+  if (sizes is None) == (groups is None):
+    raise ValueError("data.partition='unbalanced' needs exactly one of data.sizes (one size "
+                     "per client) or data.groups (sizes of equally many clients each).")
+  if groups is not None:
+    if clients_per_group is None:
+      if not groups or num_clients % len(groups):
+        raise ValueError(f"data.num_clients={num_clients} is not a multiple of the "
+                         f"{len(groups)} data.groups; set data.clients_per_group.")
+      clients_per_group = num_clients // len(groups)
+    sizes = group_sizes(groups, clients_per_group)
+  elif clients_per_group is not None:
+    raise ValueError("data.clients_per_group only applies with data.groups.")
+  if len(sizes) != num_clients:
+    raise ValueError(f"data.num_clients={num_clients}, but the unbalanced sizes describe "
+                     f"{len(sizes)} clients.")
+  return unbalanced(labels, sizes, seed)
+
+
+# name -> fn(labels, *, num_clients, seed, **method kwargs)
+PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": iid,
+    "k_classes": k_classes,
+    "dirichlet": dirichlet,
+    "unbalanced": _unbalanced_from_config,
+    "label_skew": label_skew,
+}
+
+
+def partition(labels, method: str, num_clients: int, seed: int, **kwargs) -> list[np.ndarray]:
+  """Splits ``labels`` over ``num_clients`` clients with a registered partitioner.
+
+  Args:
+    labels: training labels ``[N]``.
+    method: a key of :data:`PARTITIONERS` (config field ``data.partition``).
+    num_clients: U.
+    seed: seed of ``np.random.default_rng``.
+    **kwargs: the method's own fields, e.g. ``samples_per_client=800``, ``k=4``,
+      ``alpha=0.5``, ``s=0.8``, ``groups=(400, 600, 800, 1000, 1200)``.
+
+  Returns:
+    U sorted int64 index arrays into the training set.
+
+  Raises:
+    ValueError: unknown method or keyword, or impossible sizes; the message names the
+      config field.
+  """
+  if method not in PARTITIONERS:
+    raise ValueError(f"data.partition={method!r} is not a known partitioner. Known: "
+                     f"{', '.join(PARTITIONERS)}.")
+  fn = PARTITIONERS[method]
+  params = inspect.signature(fn).parameters
+  allowed = [p for p in params if p not in ("labels", "num_clients", "seed")]
+  unknown = sorted(set(kwargs) - set(allowed))
+  if unknown:
+    raise ValueError(f"data.partition={method!r} does not take "
+                     f"{', '.join('data.' + u for u in unknown)}; it takes "
+                     f"{', '.join('data.' + a for a in allowed)}.")
+  missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty
+             and p not in ("labels", "num_clients", "seed") and p not in kwargs]
+  if missing:
+    raise ValueError(f"data.partition={method!r} needs {', '.join('data.' + m for m in missing)}.")
+  return fn(labels, num_clients=num_clients, seed=seed, **kwargs)
