@@ -114,16 +114,23 @@ class PrivacyPlan:
     elif self.formula == "noise_multiplier":
       scale = self.noise_multiplier * self.sensitivity
     else:  # calibrated: our certified accountant meets (eps, delta) after `rounds`
-      from fedjax_dp.privacy import calibration
-      z = np.array([self._calibrate(calibration, e, rounds) for e in eps])
-      scale = z * self.sensitivity
+      scale = self._calibrated_multiplier(eps, rounds) * self.sensitivity
     return np.where(finite, scale, 0.0)
 
-  def _calibrate(self, calibration, eps: float, rounds: int) -> float:
-    event = self.event(np.ones(1))
-    return calibration.calibrate_noise_multiplier(
-        lambda z: [event.replace(noise_multiplier=np.full(1, z), count=rounds)],
+  def _calibrated_multiplier(self, eps: np.ndarray, rounds: int) -> np.ndarray:
+    """``[U]`` smallest z whose ``rounds`` rounds certify ``eps`` (vectorised)."""
+    from fedjax_dp.privacy import calibration
+    template = self.event(np.ones(1))
+    if self.placement == "step" and self.mechanism == "gaussian":
+      scale_back = math.sqrt(self.steps)   # event() divides z by sqrt(E)
+    elif self.placement == "step":
+      scale_back = float(self.steps)
+    else:
+      scale_back = 1.0
+    z = calibration.calibrate(
+        lambda x: [template.replace(noise_multiplier=x / scale_back, count=rounds)],
         eps, self.delta)
+    return np.broadcast_to(z, eps.shape)
 
   # --------------------------------------------------------------- accounting
   def event(self, z: np.ndarray) -> accounting.Event:
@@ -196,10 +203,9 @@ class PrivacyPlan:
     if np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)):
       return math.inf
     from fedjax_dp.privacy import formulas
-    # inv_var_sum holds sum (Delta/sigma)^2: eq. (10) inverted with T = 1, sigma = S^-1/2.
-    with np.errstate(divide="ignore"):
-      sigma_eff = 1.0 / np.sqrt(state.inv_var_sum)
-    return float(np.max(formulas.wei_epsilon_eq10(sigma_eff, self.delta, self.q, 1, 1.0)))
+    # inv_var_sum holds sum (Delta_i / sigma_tau)^2, i.e. sum sigma^-2 in units of Delta_i.
+    return float(np.max(formulas.wei_epsilon_claimed(state.inv_var_sum, self.delta, self.q,
+                                                     1.0)))
 
   def describe(self) -> dict[str, Any]:
     """A JSON-able summary for ``summary.json``."""
