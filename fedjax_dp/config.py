@@ -74,7 +74,11 @@ def base_config() -> ConfigDict:
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
 
   c.schedule = ConfigDict()
-  c.schedule.name = "constant"
+  c.schedule.name = "constant"    # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei)
+  c.schedule.beta = 0.9            # crd: discount factor in (0, 1)
+  c.schedule.zeta = 0.001          # crd: trigger threshold on the test-loss decrease
+  c.schedule.decay_fraction = 0.5  # linear_decay: share of sigma_0 removed over T0 rounds
+  c.schedule.decay_floor = 0.1     # linear_decay: lowest sigma as a fraction of sigma_0
 
   c.eval = ConfigDict()
   c.eval.every = 1
@@ -188,5 +192,7 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError(f"client.lr must be > 0, got {cfg.client.lr}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
+  if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
+    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError("privacy.noise_multiplier must be >= 0")

@@ -11,9 +11,13 @@ They never touch device arrays; ``metrics`` is a dict of Python floats.
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
+
+# Immutable empty default, so a shared NoiseContext default can never be mutated.
+_NO_PARAMS: Mapping[str, float] = types.MappingProxyType({})
 
 
 class NoiseContext(NamedTuple):
@@ -28,6 +32,10 @@ class NoiseContext(NamedTuple):
     noise_fn: ``noise_fn(rounds) -> [U]`` the configured formula's noise scale for a
       constant schedule over ``rounds`` rounds (e.g. Wei eq. (10)).
     lr: base local learning rate.
+    params: the schedule's own parameters, keyed by the field name under
+      ``schedule.`` in the config (e.g. ``{'beta': 0.9, 'zeta': 0.001}``). The run
+      loop passes every ``cfg.schedule`` field; a schedule reads the keys it knows
+      (``fedjax_dp.schedules.config_fields`` lists them) and ignores the rest.
   """
 
   epsilon: np.ndarray
@@ -37,6 +45,7 @@ class NoiseContext(NamedTuple):
   rounds: int
   noise_fn: Callable[[int], np.ndarray]
   lr: float = 1.0
+  params: Mapping[str, float] = _NO_PARAMS
 
 
 class RoundPlan(NamedTuple):
