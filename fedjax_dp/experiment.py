@@ -120,7 +120,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
   privacy = setup.privacy
   schedule = get_schedule(cfg.schedule.name)
   ctx = NoiseContext(privacy.epsilon, privacy.delta, privacy.q, privacy.sensitivity,
-                     int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr))
+                     int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr),
+                     params=dict(cfg.schedule))
   state = schedule.init(ctx)
   acct = privacy.accountant_init()
   round_fn = engine.make_round_fn(setup.model, setup.round_cfg)
@@ -141,7 +142,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
     if bar.total != plan.horizon:
       bar.total = plan.horizon
       bar.refresh()
-    new_acct = privacy.accountant_step(acct, plan.noise, plan.central_noise)
+    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
+    new_acct = privacy.accountant_step(acct, client_noise, central_noise)
     certified = privacy.certified_epsilon(new_acct)
     if cfg.privacy.enforce_budget and certified > privacy.target_epsilon * (1 + 1e-9):
       status = "budget_exhausted"
@@ -152,8 +154,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
         idx=jnp.asarray(idx), sel_mask=jnp.asarray(sel),
         lr=jnp.asarray(_lr_steps(cfg, plan.lr_scale)),
         clip=jnp.float32(cfg.client.clip),
-        noise=jnp.asarray(plan.noise[idx], jnp.float32),
-        central_noise=jnp.float32(plan.central_noise),
+        noise=jnp.asarray(client_noise[idx], jnp.float32),
+        central_noise=jnp.float32(central_noise),
         server_lr=jnp.float32(cfg.server.lr),
         round=jnp.int32(t), seed=jnp.uint32(cfg.seed))
     params, m = round_fn(params, setup.data, args)

@@ -154,3 +154,13 @@ def test_wei_config_builds_on_real_mnist():
   res = experiment.run(cfg)
   assert res.summary["rounds_run"] == 2
   assert res.rows[-1]["test_accuracy"] > 0.15  # above chance after two rounds
+
+
+def test_central_placement_adds_server_noise_and_is_accounted():
+  res = experiment.run(_small(**{
+      "privacy.placement": "central", "client.clip_mode": "update_l2",
+      "privacy.formula": "calibrated", "privacy.epsilon": "5", "rounds": "4"}))
+  assert math.isfinite(res.summary["epsilon_certified"])
+  np.testing.assert_allclose(res.summary["epsilon_certified"], 5.0, rtol=2e-3)
+  assert res.summary["epsilon_certified"] <= 5.0 + 1e-9
+  assert res.summary["privacy"]["accounting"]["level"] == "client"

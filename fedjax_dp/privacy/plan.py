@@ -164,6 +164,22 @@ class PrivacyPlan:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
                            np.zeros(self.num_clients), 0)
 
+  def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
+                   ) -> tuple[np.ndarray, float]:
+    """Maps a schedule's per-client noise to what the engine adds.
+
+    Schedules speak in per-client scales ``[U]`` (every client's release has the same
+    sensitivity under ``'central'``); with central placement the server adds that
+    scale once to the aggregate and clients add nothing.
+
+    Returns:
+      ``(client_noise [U], central_noise)``.
+    """
+    noise = np.asarray(noise, np.float64)
+    if self.placement == "central":
+      return np.zeros_like(noise), float(max(central_noise, np.max(noise, initial=0.0)))
+    return noise, float(central_noise)
+
   def multipliers(self, noise: np.ndarray, central_noise: float) -> np.ndarray:
     """``[U]`` noise multipliers of a round's plan (``inf`` where no noise)."""
     scale = np.full(self.num_clients, float(central_noise)) if self.placement == "central" \
