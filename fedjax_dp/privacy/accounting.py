@@ -504,10 +504,15 @@ def _split_orders(orders: np.ndarray):
   return is_int, finite & ~is_int, ~finite
 
 
-def _sgm_rdp(q: np.ndarray, z: np.ndarray, orders: np.ndarray) -> np.ndarray:
-  """RDP of the Poisson-subsampled Gaussian (add/remove). ``q, z [n]`` -> ``[n, A]``."""
-  n = q.size
-  out = np.zeros((n, orders.size))
+def _subsampled_rdp(q: np.ndarray, z: np.ndarray, orders: np.ndarray, log_a_int: Callable,
+                    log_a_frac: Callable | None = None) -> np.ndarray:
+  """RDP ``[n, A]`` of a subsampled Gaussian from its log-moments.
+
+  ``q = 1`` rows are the plain Gaussian; integer orders use ``log_a_int(q, z, alphas)``;
+  fractional orders the chord between integer orders (WBK19 Cor. 10), tightened by
+  ``log_a_frac`` when a direct series exists. ``q, z [n]``.
+  """
+  out = np.zeros((q.size, orders.size))
   is_int, is_frac, is_inf = _split_orders(orders)
   full = (q >= 1) & np.isfinite(z)
   out[full] = _gaussian_rdp(z[full], orders)
@@ -516,15 +521,21 @@ def _sgm_rdp(q: np.ndarray, z: np.ndarray, orders: np.ndarray) -> np.ndarray:
     qm, zm = q[mid], z[mid]
     block = np.empty((qm.size, orders.size))
     if is_int.any():
-      block[:, is_int] = _sgm_log_a_int(qm, zm, orders[is_int]) / (orders[is_int] - 1)
+      block[:, is_int] = log_a_int(qm, zm, orders[is_int]) / (orders[is_int] - 1)
     if is_frac.any():
       fa = orders[is_frac]
-      series = _sgm_log_a_frac(qm, zm, fa)
-      chord = _chord_from_integers(lambda al: _sgm_log_a_int(qm, zm, al), fa, qm.size)
-      block[:, is_frac] = np.minimum(series, chord) / (fa - 1)
+      log_a = _chord_from_integers(lambda al: log_a_int(qm, zm, al), fa, qm.size)
+      if log_a_frac is not None:
+        log_a = np.minimum(log_a_frac(qm, zm, fa), log_a)
+      block[:, is_frac] = log_a / (fa - 1)
     block[:, is_inf] = np.inf
     out[mid] = block
   return out
+
+
+def _sgm_rdp(q: np.ndarray, z: np.ndarray, orders: np.ndarray) -> np.ndarray:
+  """RDP of the Poisson-subsampled Gaussian (add/remove). ``q, z [n]`` -> ``[n, A]``."""
+  return _subsampled_rdp(q, z, orders, _sgm_log_a_int, _sgm_log_a_frac)
 
 
 def _wor_forward_diffs(z: np.ndarray, n_max: int) -> np.ndarray:
@@ -605,24 +616,7 @@ def _wor_rdp(q: np.ndarray, z: np.ndarray, orders: np.ndarray) -> np.ndarray:
   Replace-one adjacency; ``q = K/U``; fractional orders by the chord (WBK19
   Cor. 10), as in dp_accounting. ``q, z [n]`` -> ``[n, A]``.
   """
-  n = q.size
-  out = np.zeros((n, orders.size))
-  is_int, is_frac, is_inf = _split_orders(orders)
-  full = (q >= 1) & np.isfinite(z)
-  out[full] = _gaussian_rdp(z[full], orders)
-  mid = (q < 1) & np.isfinite(z)
-  if mid.any():
-    qm, zm = q[mid], z[mid]
-    block = np.empty((qm.size, orders.size))
-    if is_int.any():
-      block[:, is_int] = _wor_log_a_int(qm, zm, orders[is_int]) / (orders[is_int] - 1)
-    if is_frac.any():
-      fa = orders[is_frac]
-      block[:, is_frac] = _chord_from_integers(
-          lambda al: _wor_log_a_int(qm, zm, al), fa, qm.size) / (fa - 1)
-    block[:, is_inf] = np.inf
-    out[mid] = block
-  return out
+  return _subsampled_rdp(q, z, orders, _wor_log_a_int)
 
 
 # Memo of the expensive curves, keyed by (kind, orders, q, z): per-round sigmas

@@ -145,9 +145,14 @@ def wei_sigma_eq25(epsilon, delta, q, sensitivity, rounds, t,
   (spec section 10 item 9). At ``t = 0`` it equals eq. (10). Returns ``inf`` where
   the budget is already exhausted or ``t >= T`` (training must stop).
   """
-  b = _arr(wei_budget(epsilon, delta, q, sensitivity))
+  return _spread_budget(wei_budget(epsilon, delta, q, sensitivity), rounds, t, past_inv_var_sum)
+
+
+def _spread_budget(budget, rounds, t, past_inv_var_sum):
+  """``sqrt((T - t) / (B - S))``: the budget left spread evenly over the rounds left
+  (eq. (25)'s form); ``inf`` where the budget is exhausted or ``t >= T``."""
   left = _arr(rounds) - _arr(t)
-  room = b - _arr(past_inv_var_sum)
+  room = _arr(budget) - _arr(past_inv_var_sum)
   with np.errstate(divide="ignore", invalid="ignore"):
     s = np.sqrt(left / room)
   return _out(np.where((room > 0) & (left > 0), s, np.inf))
@@ -271,12 +276,8 @@ def wei_budget_corrected(epsilon, delta, q, sensitivity) -> np.ndarray | float:
 def wei_sigma_eq25_corrected(epsilon, delta, q, sensitivity, rounds, t,
                              past_inv_var_sum) -> np.ndarray | float:
   """Eq. (25) with the corrected budget of :func:`wei_budget_corrected` (``inf`` when exhausted)."""
-  b = _arr(wei_budget_corrected(epsilon, delta, q, sensitivity))
-  left = _arr(rounds) - _arr(t)
-  room = b - _arr(past_inv_var_sum)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    s = np.sqrt(left / room)
-  return _out(np.where((room > 0) & (left > 0), s, np.inf))
+  return _spread_budget(wei_budget_corrected(epsilon, delta, q, sensitivity), rounds, t,
+                        past_inv_var_sum)
 
 
 def wei_epsilon_claimed_corrected(past_inv_var_sum, delta, q, sensitivity) -> np.ndarray | float:
