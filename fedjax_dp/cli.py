@@ -1,6 +1,7 @@
 """``fedjax-dp``: run | sweep | account | plot.
 
   fedjax-dp run CONFIG --out DIR [--set key=value ...]
+  fedjax-dp sweep CONFIG --grid key=v1,v2,... [--grid ...] [--set key=value ...] --out DIR
   fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
   fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
 """
@@ -30,6 +31,33 @@ def _cmd_run(args) -> int:
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
         f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}; outputs in {args.out}")
   return 0 if s["status"] != "diverged" else 3
+
+
+def _cmd_sweep(args) -> int:
+  import time
+
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import sweep
+
+  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  grid = sweep.parse_grid(args.grid)
+  start = time.time()
+  rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress)
+  last: dict[str, dict] = {}
+  for r in rows:
+    last[r["point"]] = r
+  evaluated: dict[str, dict] = {}
+  for r in rows:
+    if r["test_accuracy"] is not None:
+      evaluated[r["point"]] = r
+  print(f"{'point':<40} {'rounds':>6} {'test_acc':>9} {'eps_certified':>13}")
+  for name, r in last.items():
+    acc = evaluated.get(name, {}).get("test_accuracy")
+    acc_text = "-" if acc is None else f"{acc:.4f}"
+    print(f"{name:<40} {r['round']:>6} {acc_text:>9} {r['epsilon_certified']:>13.3f}")
+  print(f"{len(last)} points in {time.time() - start:.1f} s; per-round rows in "
+        f"{Path(args.out) / 'sweep.csv'}, run directories in {Path(args.out) / 'points'}")
+  return 0
 
 
 def _cmd_plot(args) -> int:
@@ -65,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
                  help="override a config field (repeatable), e.g. --set privacy.epsilon=8")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_run)
+
+  p = sub.add_parser("sweep", help="run the product of config grids, batched on the device",
+                     description="Runs every combination of the --grid values; points that "
+                     "share array shapes run as one vmapped program. Re-running the same "
+                     "command skips finished points.")
+  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
+                 help="a config field and its values (repeatable; the product is run), "
+                 "e.g. --grid privacy.epsilon=1,4,16 --grid seed=0,1,2")
+  p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                 help="override a config field for every point (repeatable)")
+  p.add_argument("--out", required=True, help="sweep directory (sweep.csv, points/...)")
+  p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  p.set_defaults(func=_cmd_sweep)
 
   p = sub.add_parser("plot", help="plot test loss/accuracy of run directories")
   p.add_argument("runs", nargs="+")

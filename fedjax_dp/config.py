@@ -62,6 +62,9 @@ def base_config() -> ConfigDict:
   c.server.q = 0.0                 # Poisson rate (selection=poisson)
   c.server.aggregation = "normalized"
   c.server.lr = 1.0
+  # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
+  # memory is bounded by one chunk. 0 = all K at once; -1 = from the free memory.
+  c.server.client_chunk = 0
 
   c.privacy = ConfigDict()
   c.privacy.epsilon = 4.0          # per-client target; inf disables noise
@@ -190,6 +193,9 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError(f"client.clip must be > 0, got {cfg.client.clip}")
   if float(cfg.client.lr) <= 0:
     raise ConfigError(f"client.lr must be > 0, got {cfg.client.lr}")
+  if int(cfg.server.client_chunk) < -1:
+    raise ConfigError(f"server.client_chunk must be >= 0 (0 = all clients at once) or -1 "
+                      f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:

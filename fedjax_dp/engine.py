@@ -14,11 +14,25 @@ Data flow of one round (ARCHITECTURE.md)::
 Everything that varies between rounds or sweep points (selected ids, noise scales,
 learning rate, clip norm, seed, round index) is a traced argument of ``round_step``,
 so changing it never recompiles.
+
+Scaling (docs/scaling.md):
+
+* ``RoundConfig.client_chunk`` runs the K clients as a ``lax.scan`` over vmapped
+  chunks, so memory is bounded by one chunk (:func:`client_chunk_for_memory`
+  picks it from the free memory);
+* :func:`sweep_step` runs a sweep's points together: leading axes ``[G, L]`` of G
+  cohorts (points that select the same clients; :func:`cohort_step` reads their
+  clients' data once) of L points;
+* :func:`make_sweep_fns` lays cohorts and clients over the devices of a mesh
+  (:mod:`fedjax_dp.sharding`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import glob
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -26,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import client as client_lib
+from fedjax_dp import sharding
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import mechanisms
@@ -50,6 +65,9 @@ class RoundArgs(NamedTuple):
     server_lr: server step size: ``w <- w + server_lr * (aggregate - w)``.
     round: round index t (for keys).
     seed: run seed (for keys).
+    data_id: which dataset of a stacked :class:`FederatedData` (counts ``[D, U]``)
+      this round reads; sweeps over seeds stack one partition per seed. Ignored for
+      ordinary ``[U, ...]`` data.
   """
 
   idx: jax.Array
@@ -61,6 +79,7 @@ class RoundArgs(NamedTuple):
   server_lr: jax.Array
   round: jax.Array
   seed: jax.Array
+  data_id: jax.Array | int = 0
 
 
 class RoundMetrics(NamedTuple):
@@ -81,15 +100,23 @@ class RoundConfig:
     aggregation: ``'normalized'`` (p_i = |D_i| / sum over selected |D_j|, the spec's
       resolution) or ``'unnormalized'`` (p_i = |D_i| / |D|, Wei et al. eq. (2) as
       printed; shrinks the model by about K/U when K < U).
+    client_chunk: clients trained at once (one vmapped chunk); the K slots are
+      processed as a ``lax.scan`` over chunks that accumulates the weighted sum, so
+      memory holds one chunk of client data and model copies. 0 means all K at once.
+      The result does not depend on it (keys are per client id).
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
   aggregation: str = "normalized"
+  client_chunk: int = 0
 
   def __post_init__(self):
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
+    if self.client_chunk < 0:
+      raise ValueError(f"server.client_chunk must be >= 0 (0 = all clients at once) once "
+                       f"resolved, got {self.client_chunk}")
 
 
 def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array) -> jax.Array:
@@ -104,57 +131,207 @@ def server_key(seed: jax.Array, t: jax.Array) -> jax.Array:
   return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), t), SERVER_TAG)
 
 
+def _take(a: jax.Array, data_id: jax.Array, idx: jax.Array, stacked: bool) -> jax.Array:
+  """Rows ``idx [B]`` of a per-client array ``[U, ...]`` (or ``[D, U, ...]`` if stacked).
+
+  Stacked data is indexed by ``(data_id, idx)`` in one gather: under the sweep's vmap
+  ``data_id`` is batched, and indexing the dataset first would copy all of it per point.
+  Ids are clipped into range (the host sampler only produces valid ids).
+  """
+  lead = 2 if stacked else 1
+  flat = a.reshape(a.shape[:lead] + (-1,))
+  rows = _gather_rows(flat, jnp.asarray(data_id, jnp.int32), idx)
+  return rows.reshape(idx.shape + a.shape[lead:])
+
+
+@jax.custom_batching.custom_vmap
+def _gather_rows(flat: jax.Array, data_id: jax.Array, idx: jax.Array) -> jax.Array:
+  """``flat[idx]`` (``[U, F]``) or ``flat[data_id, idx]`` (``[D, U, F]``): ``[*idx.shape, F]``."""
+  if flat.ndim == 3:
+    return flat.at[data_id, idx].get(mode="clip")
+  return jnp.take(flat, idx, axis=0, mode="clip")
+
+
+@_gather_rows.def_vmap
+def _gather_rows_vmap(axis_size, in_batched, flat, data_id, idx):
+  """Under the sweep's vmap: one gather of all points' rows, in ``[P, B, F]`` order.
+
+  JAX's generic rule puts the new axis after the gathered one, and XLA (CPU) then
+  relayouted the gathered client data with extra full copies per round; gathering
+  with the flattened indices gives one row-major ``[P * B, F]`` gather instead.
+  """
+  flat_batched, id_batched, idx_batched = in_batched
+  if flat_batched:  # per-point data arrays: no shared rows to gather from
+    out = jax.vmap(_gather_rows.fun, in_axes=(0, 0 if id_batched else None,
+                                              0 if idx_batched else None))(flat, data_id, idx)
+    return out, True
+  if not idx_batched:
+    idx = jnp.broadcast_to(idx, (axis_size,) + idx.shape)
+  data_id = jnp.broadcast_to(data_id if id_batched else data_id[None],
+                             (axis_size,) + data_id.shape[int(id_batched):])
+  ids = jnp.broadcast_to(data_id.reshape((axis_size,) + (1,) * (idx.ndim - 1)), idx.shape)
+  rows = _gather_rows(flat, ids.reshape(-1), idx.reshape(-1))
+  return rows.reshape(idx.shape + flat.shape[-1:]), True
+
+
+def _dataset_total(data: FederatedData, data_id: jax.Array) -> jax.Array:
+  """``|D|``: all examples of the (selected) dataset, for unnormalized weights."""
+  counts = data.counts[data_id] if data.counts.ndim == 2 else data.counts
+  return jnp.sum(counts).astype(jnp.float32)
+
+
+def _chunked(a: jax.Array, num_chunks: int, chunk: int, fill) -> jax.Array:
+  """``[K, ...] -> [num_chunks, chunk, ...]``, padding with ``fill``; slot s goes to
+  chunk ``s % num_chunks``.
+
+  The strided assignment keeps a client axis that is sharded in contiguous blocks
+  sharded within every chunk, so the scan over chunks moves no data between devices.
+  """
+  pad = num_chunks * chunk - a.shape[0]
+  a = jnp.concatenate([a, jnp.broadcast_to(fill, (pad,) + a.shape[1:]).astype(a.dtype)])
+  return jnp.swapaxes(a.reshape((chunk, num_chunks) + a.shape[1:]), 0, 1)
+
+
+def _one(f):
+  """``lanes`` of a single point: the function itself (no lane axis)."""
+  return f
+
+
+def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
+           args: RoundArgs, active: jax.Array, lanes) -> tuple[PyTree, RoundMetrics]:
+  """The round, for one point or for L points that share a cohort.
+
+  Everything per point is written for ONE point and lifted by ``lanes``: the
+  identity for :func:`round_step`, ``jax.vmap`` for :func:`cohort_step`, whose
+  points share the selected clients (``idx``, ``sel_mask``, ``data_id``, ``seed``,
+  ``round`` of the first lane). The shared cohort's data is gathered once, outside
+  the lane axis, so XLA reads each client's examples once for all L points (one
+  matmul with L points' weights side by side) instead of once per point.
+  """
+  cohort = args if lanes is _one else jax.tree_util.tree_map(lambda a: a[0], args)
+  k = cohort.idx.shape[0]
+  stacked = data.counts.ndim == 2
+
+  def gather(a, idx):
+    return _take(a, cohort.data_id, idx, stacked)
+
+  # The weights' denominators need the whole cohort before any chunk runs; its counts
+  # are a cheap gather of K ints.
+  total_selected = jnp.sum(gather(data.counts, cohort.idx).astype(jnp.float32)
+                           * cohort.sel_mask)
+  selected_denom = jnp.maximum(total_selected, 1.0)
+  if cfg.aggregation == "normalized":
+    agg_denom = selected_denom
+  else:
+    agg_denom = _dataset_total(data, cohort.data_id)
+
+  def block(idx, sel, noise):
+    """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
+    d = gather_block(idx)
+    keys = client_keys(cohort.seed, cohort.round, idx)
+    c = d.counts.astype(jnp.float32) * sel
+    b = idx.shape[0]
+
+    def one_point(p, a, nz):
+      hp = client_lib.ClientHParams(
+          lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
+          clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
+      update = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))
+      out = update(model, cfg.client, p, d.x, d.y, d.mask, keys, hp)
+      agg = jax.tree_util.tree_map(lambda w: jnp.tensordot(c / agg_denom, w, axes=1),
+                                   out.params)
+      return agg, jnp.sum(c / selected_denom * out.loss), jnp.sum(c / selected_denom
+                                                                  * out.grad_norm)
+
+    return lanes(one_point)(params, args, noise)
+
+  def gather_block(idx):
+    return jax.tree_util.tree_map(lambda a: gather(a, idx), data)
+
+  chunk = cfg.client_chunk
+  if chunk <= 0 or chunk >= k:
+    aggregate, train_loss, grad_norm = block(cohort.idx, cohort.sel_mask, args.noise)
+  else:
+    num_chunks = -(-k // chunk)
+    noise = lanes(lambda nz: _chunked(nz, num_chunks, chunk, 0.0))(args.noise)
+    if lanes is not _one:
+      noise = jnp.swapaxes(noise, 0, 1)  # [L, chunks, B] -> [chunks, L, B]
+    # Padding slots repeat a valid id and are masked out of every sum.
+    xs = (_chunked(cohort.idx, num_chunks, chunk, cohort.idx[0]),
+          _chunked(cohort.sel_mask, num_chunks, chunk, 0.0), noise)
+
+    def body(acc, inputs):
+      return jax.tree_util.tree_map(jnp.add, acc, block(*inputs)), None
+
+    zeros = lanes(lambda p: (jax.tree_util.tree_map(jnp.zeros_like, p), jnp.zeros(()),
+                             jnp.zeros(())))(params)
+    (aggregate, train_loss, grad_norm), _ = jax.lax.scan(body, zeros, xs)
+
+  def finish(p, a, agg, loss, norm, on):
+    if cfg.aggregation == "normalized":
+      # No client selected (possible under Poisson sampling): keep the global model.
+      agg = jax.tree_util.tree_map(lambda x, y: jnp.where(total_selected > 0, x, y), agg, p)
+    if cfg.client.noise_placement == "central":
+      agg = mechanisms.add_noise(server_key(a.seed, a.round), agg, a.central_noise,
+                                 cfg.client.mechanism)
+    new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
+    update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
+                    zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(p)))
+    metrics = RoundMetrics(train_loss=loss, grad_norm=norm,
+                           num_selected=jnp.sum(cohort.sel_mask),
+                           update_norm=jnp.sqrt(update_sq))
+    # Inactive points (finished, or padding lanes) keep their model.
+    return jax.tree_util.tree_map(lambda n, o: jnp.where(on, n, o), new, p), metrics
+
+  return lanes(finish)(params, args, aggregate, train_loss, grad_norm, active)
+
+
 def round_step(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
                args: RoundArgs) -> tuple[PyTree, RoundMetrics]:
   """One federated round (un-jitted; see :func:`make_round_fn`).
+
+  With ``cfg.client_chunk = B < K`` the K client slots run as a ``lax.scan`` over
+  ``ceil(K / B)`` vmapped chunks of B clients that accumulates the weighted sum of the
+  uploaded models: memory holds B clients' data, activations and model copies instead
+  of K, and the result equals the all-at-once round up to float summation order.
 
   Args:
     model: the model.
     cfg: static round config.
     params: global model ``w^t``.
-    data: all clients' data, device resident, ``[U, n_max, ...]``.
+    data: all clients' data, device resident, ``[U, n_max, ...]`` (or ``[D, U, ...]``
+      stacked datasets, indexed by ``args.data_id``).
     args: traced round inputs.
 
   Returns:
     ``(w^{t+1}, metrics)``.
   """
-  x = jnp.take(data.x, args.idx, axis=0)
-  y = jnp.take(data.y, args.idx, axis=0)
-  mask = jnp.take(data.mask, args.idx, axis=0)
-  counts = jnp.take(data.counts, args.idx, axis=0).astype(jnp.float32) * args.sel_mask
-  keys = client_keys(args.seed, args.round, args.idx)
-  k = args.idx.shape[0]
-  hp = client_lib.ClientHParams(
-      lr=jnp.broadcast_to(args.lr, (k,) + jnp.shape(args.lr)),
-      clip=jnp.broadcast_to(args.clip, (k,)),
-      step_noise=args.noise, upload_noise=args.noise)
-  update = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))
-  out = update(model, cfg.client, params, x, y, mask, keys, hp)
+  return _round(model, cfg, params, data, args, jnp.bool_(True), _one)
 
-  total_selected = jnp.sum(counts)
-  if cfg.aggregation == "normalized":
-    weights = counts / jnp.maximum(total_selected, 1.0)
-  else:
-    weights = counts / jnp.sum(data.counts).astype(jnp.float32)
-  aggregate = jax.tree_util.tree_map(lambda w: jnp.tensordot(weights, w, axes=1), out.params)
-  if cfg.aggregation == "normalized":
-    # No client selected (possible under Poisson sampling): keep the global model.
-    aggregate = jax.tree_util.tree_map(
-        lambda a, p: jnp.where(total_selected > 0, a, p), aggregate, params)
-  if cfg.client.noise_placement == "central":
-    aggregate = mechanisms.add_noise(server_key(args.seed, args.round), aggregate,
-                                     args.central_noise, cfg.client.mechanism)
-  new = jax.tree_util.tree_map(lambda p, a: p + args.server_lr * (a - p), params, aggregate)
 
-  loss_w = counts / jnp.maximum(total_selected, 1.0)
-  update_sq = sum(jnp.sum(jnp.square(a - b)) for a, b in
-                  zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(params)))
-  metrics = RoundMetrics(
-      train_loss=jnp.sum(loss_w * out.loss),
-      grad_norm=jnp.sum(loss_w * out.grad_norm),
-      num_selected=jnp.sum(args.sel_mask),
-      update_norm=jnp.sqrt(update_sq))
-  return new, metrics
+def cohort_step(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
+                args: RoundArgs, active: jax.Array) -> tuple[PyTree, RoundMetrics]:
+  """:func:`round_step` for L points that select the same clients.
+
+  Points with the same seed and partition draw the same cohort every round (the
+  sampler depends on (seed, round) only), so they can share its data: a sweep over
+  epsilon, learning rate or clip norm at a fixed seed is one cohort.
+
+  Args:
+    model: the model.
+    cfg: static round config.
+    params: ``[L, ...]`` the points' global models.
+    data: client data.
+    args: :class:`RoundArgs` with a leading ``[L]`` axis; ``idx``, ``sel_mask``,
+      ``data_id``, ``seed`` and ``round`` are read from lane 0 (the others' must
+      equal them; the host guarantees it).
+    active: ``[L]`` bool; inactive points keep their model.
+
+  Returns:
+    ``(params [L, ...], metrics with [L] fields)``, each point's as
+    :func:`round_step` would give it.
+  """
+  return _round(model, cfg, params, data, args, active, jax.vmap)
 
 
 def make_round_fn(model: Model, cfg: RoundConfig):
@@ -168,30 +345,236 @@ def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
              batch_size: int = 2048) -> tuple[jax.Array, jax.Array]:
   """Mean loss and accuracy of ``params`` on ``x [N, ...]``, ``y [N]``, in batches.
 
-  Batches run in a ``lax.map`` so memory is bounded by ``batch_size`` examples.
+  A ``fori_loop`` slices batches of ``batch_size`` straight out of ``x``, so memory is
+  bounded by one batch and the test set is never copied (padding it, or reshaping
+  it into ``[num_batches, batch, ...]`` for ``lax.map``, copied all of it per call and
+  made evaluation several times slower than the model on CPU). The last batch is
+  shifted back to stay in bounds and counts only the examples it adds.
   """
   n = x.shape[0]
   bs = min(batch_size, n)
-  nb = -(-n // bs)
-  pad = nb * bs - n
-  xp = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((nb, bs) + x.shape[1:])
-  yp = jnp.pad(y, (0, pad)).reshape(nb, bs)
-  wp = jnp.pad(jnp.ones(n, jnp.float32), (0, pad)).reshape(nb, bs)
+  num_batches = -(-n // bs)
 
-  def batch(inputs):
-    xb, yb, wb = inputs
+  def body(i, carry):
+    loss_sum, correct_sum = carry
+    start = jnp.minimum(i * bs, n - bs)
+    xb = jax.lax.dynamic_slice_in_dim(x, start, bs)
+    yb = jax.lax.dynamic_slice_in_dim(y, start, bs)
+    new = (start + jnp.arange(bs) >= i * bs).astype(jnp.float32)
     logits = model.apply(params, xb)
     losses = model.per_example_loss(logits, yb)
     correct = (jnp.argmax(logits, -1) == yb).astype(jnp.float32)
-    return jnp.sum(losses * wb), jnp.sum(correct * wb)
+    return loss_sum + jnp.sum(losses * new), correct_sum + jnp.sum(correct * new)
 
-  losses, correct = jax.lax.map(batch, (xp, yp, wp))
-  return jnp.sum(losses) / n, jnp.sum(correct) / n
+  zero = jnp.zeros((), jnp.float32)
+  loss_sum, correct_sum = jax.lax.fori_loop(0, num_batches, body, (zero, zero))
+  return loss_sum / n, correct_sum / n
 
 
 def make_eval_fn(model: Model, batch_size: int = 2048):
   """``jit(evaluate)``: ``fn(params, x, y) -> (loss, accuracy)``."""
   return jax.jit(lambda params, x, y: evaluate(model, params, x, y, batch_size))
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+def sweep_step(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
+               args: RoundArgs, active: jax.Array) -> tuple[PyTree, RoundMetrics]:
+  """The round of a sweep: G cohorts x L points each, sharing ``data``.
+
+  Args:
+    model: the model.
+    cfg: static round config (the same for every point).
+    params: ``[G, L, ...]`` each point's global model.
+    data: client data shared by all points (``[U, ...]``, or ``[D, U, ...]`` with a
+      per-point ``args.data_id``).
+    args: :class:`RoundArgs` whose every field has leading ``[G, L]`` axes; the L
+      points of a cohort select the same clients (see :func:`cohort_step`).
+    active: ``[G, L]`` bool; inactive points (finished, or padding lanes) keep their
+      model, so points of different T run in one program to the largest T.
+
+  Returns:
+    ``(params [G, L, ...], metrics with [G, L] fields)``.
+  """
+  g, lanes = active.shape
+  if lanes == 1:
+    # One point per cohort: no lane axis (a size-1 vmap costs XLA relayout copies).
+    def one(p, a, on):
+      p, a = jax.tree_util.tree_map(lambda x: x[0], (p, a))
+      new, m = _round(model, cfg, p, data, a, on[0], _one)
+      return jax.tree_util.tree_map(lambda x: x[None], (new, m))
+  else:
+    def one(p, a, on):
+      return cohort_step(model, cfg, p, data, a, on)
+  if g == 1:
+    return jax.tree_util.tree_map(lambda x: x[None], one(
+        *jax.tree_util.tree_map(lambda x: x[0], (params, args, active))))
+  return jax.vmap(one)(params, args, active)
+
+
+def sweep_evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
+                   batch_size: int = 2048) -> tuple[jax.Array, jax.Array]:
+  """:func:`evaluate` of ``params [G, L, ...]`` on one test set: ``(loss, acc)``, each
+  ``[G, L]``. The points' models meet every test batch together (one matmul), so the
+  test set is read once per round, not once per point."""
+  lead = jax.tree_util.tree_leaves(params)[0].shape[:2]
+  flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), params)
+  loss, acc = jax.vmap(lambda p: evaluate(model, p, x, y, batch_size))(flat)
+  return loss.reshape(lead), acc.reshape(lead)
+
+
+@functools.lru_cache(maxsize=32)
+def make_sweep_fns(model: Model, cfg: RoundConfig, eval_batch_size: int = 2048,
+                   mesh: Any = None):
+  """Jitted ``(round_fn, eval_fn)`` over a sweep axis, laid out on ``mesh``.
+
+  ``round_fn(params, data, args, active) -> (params, metrics)`` (:func:`sweep_step`,
+  leading axes ``[G, L]``: cohorts, points per cohort) and
+  ``eval_fn(params, x, y) -> (loss [G, L], acc [G, L])``. With a mesh (see
+  :mod:`fedjax_dp.sharding`) the cohorts are split over its 'sweep' axis and the
+  client slots over its 'clients' axis; data and metrics are replicated.
+  Cached on the static arguments, so runs and sweeps of the same shapes in one
+  process share one compiled program (jit caches by shape on top of that).
+  """
+  def round_fn(params, data, args, active):
+    return sweep_step(model, cfg, params, data, args, active)
+
+  def eval_fn(params, x, y):
+    return sweep_evaluate(model, params, x, y, eval_batch_size)
+
+  if sharding.is_trivial(mesh):
+    return jax.jit(round_fn, donate_argnums=0), jax.jit(eval_fn)
+  pts, rep = sharding.points(mesh), sharding.replicated(mesh)
+  args_sharding = round_args_sharding(mesh)
+  return (jax.jit(round_fn, in_shardings=(pts, rep, args_sharding, pts),
+                  out_shardings=(pts, rep), donate_argnums=0),
+          jax.jit(eval_fn, in_shardings=(pts, rep, rep), out_shardings=rep))
+
+
+def round_args_sharding(mesh) -> RoundArgs:
+  """Shardings of stacked :class:`RoundArgs`: per-client fields ``[G, L, K]`` over
+  ('sweep', -, 'clients'), the rest ``[G, L, ...]`` over 'sweep'."""
+  pts, pc = sharding.points(mesh), sharding.point_clients(mesh)
+  return RoundArgs(idx=pc, sel_mask=pc, lr=pts, clip=pts, noise=pc, central_noise=pts,
+                   server_lr=pts, round=pts, seed=pts, data_id=pts)
+
+
+def available_memory_bytes(device: jax.Device | None = None) -> int:
+  """Free memory of ``device``: the allocator's limit minus use (GPU/TPU), else the
+  host's available RAM shared by its local CPU devices."""
+  device = device or jax.local_devices()[0]
+  try:
+    stats = device.memory_stats()
+  except Exception:  # some backends do not implement it
+    stats = None
+  if stats and "bytes_limit" in stats:
+    return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+  avail = None
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          avail = int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  if avail is None:
+    avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  return int(avail // max(1, jax.local_device_count()))
+
+
+@functools.lru_cache(maxsize=32)
+def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> float:
+  """Device bytes one more client slot costs in a round (compiled, not run)."""
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  steps = cfg.client.local_steps
+
+  def temp_bytes(b):
+    f32, i32 = jnp.float32, jnp.int32
+    args = RoundArgs(
+        idx=jax.ShapeDtypeStruct((b,), i32), sel_mask=jax.ShapeDtypeStruct((b,), f32),
+        lr=jax.ShapeDtypeStruct((steps,), f32), clip=jax.ShapeDtypeStruct((), f32),
+        noise=jax.ShapeDtypeStruct((b,), f32), central_noise=jax.ShapeDtypeStruct((), f32),
+        server_lr=jax.ShapeDtypeStruct((), f32), round=jax.ShapeDtypeStruct((), i32),
+        seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32))
+    lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
+    stats = lowered.compile().memory_analysis()
+    return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+  b1, b2 = 2, 6
+  t1, t2 = temp_bytes(b1), temp_bytes(b2)
+  if t1 is not None and t2 is not None and t2 > t1:
+    return (t2 - t1) / (b2 - b1)
+  # No memory analysis on this backend: data, a few model copies and activations.
+  n = shapes.x.shape[-len(model.input_shape) - 1]
+  return 4.0 * (2 * n * int(np.prod(model.input_shape)) + 6 * model.num_params())
+
+
+def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
+                            k_slots: int, memory_bytes: int | None = None, lanes: int = 1,
+                            multiple_of: int = 1, fraction: float = 0.5,
+                            cache_bytes: int | None = None) -> int:
+  """The largest client chunk whose round fits in ``fraction`` of the free memory.
+
+  Measures the compiled round's temporary memory (``memory_analysis``) at two small
+  chunk sizes, so the per-client cost includes the gathered data, activations,
+  per-example work and model copies that XLA really allocates; nothing runs.
+
+  Args:
+    model: the model.
+    cfg: the round config (its ``client_chunk`` is ignored).
+    data: the client data (arrays or ``jax.ShapeDtypeStruct``s).
+    k_slots: client slots per round K.
+    memory_bytes: free memory per device; default :func:`available_memory_bytes`.
+    lanes: points per device running the round at once (a sweep's P / S).
+    multiple_of: the chunk is a multiple of this (the mesh's 'clients' axis size).
+    fraction: share of the free memory the round's temporaries may take.
+    cache_bytes: also keep a chunk's temporaries within this many bytes; default on
+      CPU the last-level cache (a speed limit, not a memory limit), elsewhere none.
+
+  Returns:
+    A chunk size for ``RoundConfig.client_chunk``; 0 when all K fit at once.
+  """
+  memory_bytes = available_memory_bytes() if memory_bytes is None else memory_bytes
+  shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), data)
+  # The probe leaves out the noise, whose threefry code takes XLA (CPU) seconds to
+  # compile; a client's noise is a model-sized draw, counted here instead.
+  quiet = dataclasses.replace(cfg, client_chunk=0, client=dataclasses.replace(
+      cfg.client, noise_placement="none"))
+  per_client = _bytes_per_client(model, quiet, shapes)
+  if cfg.client.noise_placement in ("upload", "step"):
+    per_client += 2 * 4 * model.num_params()
+  lane_bytes = max(lanes, 1) * max(per_client, 1.0)
+  chunk = int(fraction * memory_bytes // lane_bytes)
+  if cache_bytes is None and jax.default_backend() == "cpu" and model.ghost:
+    # Only for all-dense models: XLA (CPU) runs convolution weight gradients inside
+    # loops (the chunk scan) on a path ~15x slower than outside, so small chunks
+    # cost CNNs far more than cache misses do.
+    # A quarter of the last-level cache: XLA's buffers (temporaries, the gathered
+    # block) outnumber what memory_analysis counts per client; measured best for
+    # Wei's MLP round, 10,000-client logistic cohorts and a linear-SVM sweep.
+    cache_bytes = _last_level_cache_bytes() // 4
+  if cache_bytes:
+    # On CPU a chunk whose temporaries stay in the last-level cache runs up to 2x
+    # faster than one that streams them through DRAM (e.g. Wei's MLP round).
+    chunk = min(chunk, max(1, int(cache_bytes // lane_bytes)))
+  chunk = max(multiple_of, chunk - chunk % multiple_of)
+  return 0 if chunk >= k_slots else chunk
+
+
+def _last_level_cache_bytes(default: int = 32 << 20) -> int:
+  """Size of the largest CPU cache (Linux sysfs), else ``default``."""
+  sizes = []
+  for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+    try:
+      text = open(path).read().strip().upper()
+    except OSError:
+      continue
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    if digits.isdigit():
+      sizes.append(int(digits) * scale)
+  return max(sizes) if sizes else default
 
 
 # ----------------------------------------------------------------------------- host side

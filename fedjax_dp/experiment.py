@@ -1,15 +1,29 @@
-"""From a config to a finished run: build the pieces, run the thin round loop, save.
+"""From configs to finished runs: build the pieces, run the thin round loop, save.
 
 ``run(config, out_dir)`` is what ``fedjax-dp run`` calls; notebooks call it too and
 get a :class:`RunResult` back (metrics rows load into ``pandas.DataFrame(rows)``).
+
+One loop serves single runs and sweeps (:mod:`fedjax_dp.sweep`): :func:`run_group`
+drives P runs whose configs share every array shape as ONE vmapped, jitted program
+per round (a single run is a group of one). Each run keeps its own host side -- the
+schedule, client selection, accountant, stop rules and metric rows -- in a
+:class:`RunLoop`; numpy is cheap, so only the device part is batched::
+
+  per round:  for each run: args_p = loop_p.plan_round()        (host, numpy)
+              params, metrics = round_fn(params, data, stack(args), active)  (device)
+              [loss, acc] = eval_fn(params, test set)            (device, if wanted)
+              for each run: loop_p.record(metrics[p], ...)       (host: accountant,
+                                                                   schedule.observe)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
 import time
-from typing import Any
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +32,9 @@ import numpy as np
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine
+from fedjax_dp import sharding
 from fedjax_dp.data import build_federated_data, load_dataset, partition
+from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan
 from fedjax_dp.results import RunDir
@@ -28,6 +44,7 @@ METRIC_COLUMNS = (
     "round", "test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
     "num_selected", "noise_mean", "horizon", "epsilon_claimed", "epsilon_certified",
     "wall_s")
+CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
 
 
 @dataclasses.dataclass
@@ -75,26 +92,57 @@ def _partition(cfg, labels):
   return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)
 
 
-def build(cfg) -> Setup:
-  """Validates ``cfg`` and builds data, model and privacy plan (before any training)."""
-  config_lib.validate(cfg)
-  ds = load_dataset(cfg.data.name, cfg.data.dir)
-  clients = _partition(cfg, np.asarray(ds.y_train))
-  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
-  data = build_federated_data(ds.x_train, ds.y_train, clients)
+def data_key(cfg) -> str:
+  """Runs with equal keys have equal client data: the ``data`` fields and the seed
+  (every partitioner is seeded with ``cfg.seed``)."""
+  return json.dumps([cfg.data.to_dict(), int(cfg.seed)], sort_keys=True, default=str)
+
+
+def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
   ccfg = client_lib.ClientConfig(
       local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
       clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
       chunk_size=cfg.client.chunk_size)
-  round_cfg = engine.RoundConfig(ccfg, cfg.server.aggregation)
+  return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk)
+
+
+def build(cfg, *, cache: dict | None = None) -> Setup:
+  """Validates ``cfg`` and builds data, model and privacy plan (before any training).
+
+  Args:
+    cfg: the run's config.
+    cache: optional dict shared by several builds (a sweep): runs with the same
+      :func:`data_key` share one device copy of the client data, and runs of the
+      same dataset share the test set.
+  """
+  config_lib.validate(cfg)
+  cache = {} if cache is None else cache
+  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  key = data_key(cfg)
+  if ("clients", key) not in cache:
+    clients = _partition(cfg, np.asarray(ds.y_train))
+    cache["clients", key] = (clients, build_federated_data(ds.x_train, ds.y_train, clients))
+  clients, data = cache["clients", key]
+  test_key = (cfg.data.name, cfg.data.dir)
+  if ("test", test_key) not in cache:
+    cache["test", test_key] = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
+  x_test, y_test = cache["test", test_key]
   u = len(clients)
   k_slots = engine.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
                                cfg.server.q)
+  round_cfg = _client_round_config(cfg)
+  chunk = int(cfg.server.client_chunk)
+  if chunk == CLIENT_CHUNK_AUTO:
+    chunk = engine.client_chunk_for_memory(model, round_cfg, data, k_slots)
+  elif chunk < 0:
+    raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
+                                 f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
+  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
   privacy = make_privacy_plan(cfg, counts)
-  return Setup(cfg, model, data, jnp.asarray(ds.x_test), jnp.asarray(ds.y_test), round_cfg,
-               privacy, u, k_slots)
+  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots)
 
 
 def _lr_steps(cfg, scale: float) -> np.ndarray:
@@ -102,105 +150,353 @@ def _lr_steps(cfg, scale: float) -> np.ndarray:
   return (cfg.client.lr * scale * cfg.client.lr_decay ** steps).astype(np.float32)
 
 
+def noise_context(cfg, privacy: PrivacyPlan) -> NoiseContext:
+  """The :class:`NoiseContext` a run's schedule is initialised with."""
+  return NoiseContext(privacy.epsilon, privacy.delta, privacy.q, privacy.sensitivity,
+                      int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr),
+                      params=dict(cfg.schedule))
+
+
+class _Pending(NamedTuple):
+  """What :meth:`RunLoop.plan_round` decided, for :meth:`RunLoop.record`."""
+
+  plan: Any
+  acct: Any
+  certified: float
+  idx: np.ndarray
+  sel: np.ndarray
+  evaluate: bool
+
+
+class RunLoop:
+  """The host side of one run (ARCHITECTURE.md, data flow of one round).
+
+  The schedule plans noise, the sampler draws the cohort, the accountant composes
+  the round's event, and the schedule observes the metrics; all numpy, all here.
+  The device round is the caller's: per round it calls :meth:`plan_round`, runs the
+  returned :class:`engine.RoundArgs` (alone, or stacked with other runs' in a sweep),
+  then calls :meth:`record` with this run's metrics. :meth:`finish` writes the run
+  directory and returns the :class:`RunResult`.
+
+  A run stops at the schedule's horizon, on a non-finite loss (``diverged``), or --
+  with ``privacy.enforce_budget`` -- before a round whose release would push the
+  certified epsilon past the target (``budget_exhausted``).
+  """
+
+  def __init__(self, cfg, setup: Setup, out_dir: str | None = None):
+    self.cfg = cfg
+    self.setup = setup
+    self.privacy = setup.privacy
+    # In a multi-host job every process runs this loop; one writes.
+    self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
+    if self.run_dir:
+      self.run_dir.write_config(cfg.to_dict())
+    self.schedule = get_schedule(cfg.schedule.name)
+    self.state = self.schedule.init(noise_context(cfg, setup.privacy))
+    self.acct = self.privacy.accountant_init()
+    self.rows: list[dict[str, Any]] = []
+    self.status, self.diverged_round = "completed", None
+    self.running = True
+    self.t = 0
+    self.horizon = int(cfg.rounds)
+    self.test = (float("nan"), float("nan"))
+    # Schedules may only shorten T; guard against one that never stops anyway.
+    self._max_rounds = int(cfg.rounds) * 4 + 10
+    self._pending: _Pending | None = None
+
+  @property
+  def wants_eval(self) -> bool:
+    """Whether the planned round ends with a test-set evaluation."""
+    return self._pending is not None and self._pending.evaluate
+
+  def plan_round(self) -> engine.RoundArgs | None:
+    """Plans round ``t``: its device inputs (numpy), or None when the run stops."""
+    if not self.running:
+      return None
+    cfg, privacy, t = self.cfg, self.privacy, self.t
+    plan = self.schedule.plan(self.state, t) if t < self._max_rounds else None
+    if plan is None or plan.stop:
+      self.running = False
+      return None
+    self.horizon = plan.horizon
+    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
+    new_acct = privacy.accountant_step(self.acct, client_noise, central_noise)
+    certified = privacy.certified_epsilon(new_acct)
+    if cfg.privacy.enforce_budget and certified > privacy.target_epsilon * (1 + 1e-9):
+      self.status, self.running = "budget_exhausted", False
+      return None
+    idx, sel = engine.select_clients(cfg.server.selection, self.setup.num_clients,
+                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t)
+    evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
+    self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate)
+    return engine.RoundArgs(
+        idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
+        clip=np.float32(cfg.client.clip), noise=np.asarray(client_noise[idx], np.float32),
+        central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
+        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0))
+
+  def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
+             wall: float) -> None:
+    """Records the planned round's results: ``metrics`` (this run's
+    :class:`engine.RoundMetrics` as floats) and ``test = (loss, accuracy)`` if it
+    was evaluated; then the schedule observes them."""
+    p, self._pending = self._pending, None
+    self.acct = p.acct
+    if p.evaluate:
+      self.test = tuple(float(v) for v in test)
+    test_loss, test_acc = self.test
+    row = dict(
+        round=self.t + 1, test_loss=test_loss if p.evaluate else "",
+        test_accuracy=test_acc if p.evaluate else "",
+        train_loss=float(metrics["train_loss"]), grad_norm=float(metrics["grad_norm"]),
+        update_norm=float(metrics["update_norm"]), num_selected=int(metrics["num_selected"]),
+        noise_mean=float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
+        horizon=p.plan.horizon, epsilon_claimed=self.privacy.claimed_epsilon(self.acct),
+        epsilon_certified=p.certified, wall_s=round(wall, 3))
+    self.rows.append(row)
+    if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
+      self.status, self.diverged_round, self.running = "diverged", self.t + 1, False
+      return
+    self.state = self.schedule.observe(self.state, self.t, {
+        k: v for k, v in row.items() if isinstance(v, (int, float))})
+    self.t += 1
+    if self.run_dir and self.t % 25 == 0:
+      self.run_dir.write_metrics(self.rows, METRIC_COLUMNS)  # partial progress, still atomic
+
+  def finish(self, wall: float, params: Any, **extra: Any) -> RunResult:
+    """Writes ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run
+    directory with a summary is complete) and returns the result."""
+    cfg, privacy, rows = self.cfg, self.privacy, self.rows
+    last_eval = next((r for r in reversed(rows) if r["test_loss"] != ""), None)
+    summary = dict(
+        name=cfg.name, status=self.status, diverged=self.status == "diverged",
+        diverged_round=self.diverged_round, rounds_run=len(rows),
+        final_test_loss=last_eval["test_loss"] if last_eval else None,
+        final_test_accuracy=last_eval["test_accuracy"] if last_eval else None,
+        epsilon_target=privacy.target_epsilon, delta=privacy.delta,
+        epsilon_claimed=rows[-1]["epsilon_claimed"] if rows else 0.0,
+        epsilon_certified=rows[-1]["epsilon_certified"] if rows else 0.0,
+        privacy=privacy.describe(), wall_seconds=round(wall, 3),
+        seconds_per_round=round(wall / max(len(rows), 1), 5),
+        device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
+        **extra)
+    if self.run_dir:
+      self.run_dir.write_metrics(rows, METRIC_COLUMNS)
+      self.run_dir.write_plot(rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}, "
+                              f"eps={privacy.target_epsilon:g}")
+      self.run_dir.write_summary(summary)
+    return RunResult(rows, summary, params)
+
+
 def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResult:
   """Runs one experiment and (if ``out_dir``) writes its run directory.
 
   The loop is thin: per round, the schedule plans noise on the host, one jitted call
   trains the cohort, one jitted call evaluates, and the accountant composes the
-  round's event. Stops at the schedule's horizon, on a non-finite loss (marked
-  ``diverged`` in the summary), or -- with ``privacy.enforce_budget`` -- before a
-  round whose release would push the certified epsilon past the target.
+  round's event (see :class:`RunLoop` for the stop rules). A run is a sweep of one
+  point: :func:`run_group` with one config, so with several devices its clients are
+  sharded over all of them.
   """
   from tqdm.auto import tqdm
 
   setup = setup or build(cfg)
-  run_dir = RunDir(out_dir) if out_dir else None
-  if run_dir:
-    run_dir.write_config(cfg.to_dict())
-  privacy = setup.privacy
-  schedule = get_schedule(cfg.schedule.name)
-  ctx = NoiseContext(privacy.epsilon, privacy.delta, privacy.q, privacy.sensitivity,
-                     int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr),
-                     params=dict(cfg.schedule))
-  state = schedule.init(ctx)
-  acct = privacy.accountant_init()
-  round_fn = engine.make_round_fn(setup.model, setup.round_cfg)
-  eval_fn = engine.make_eval_fn(setup.model, cfg.eval.batch_size)
-  params = setup.model.init(jax.random.PRNGKey(cfg.seed))
-
-  rows: list[dict[str, Any]] = []
-  status, diverged_round = "completed", None
-  start = time.time()
-  max_rounds = int(cfg.rounds) * 4 + 10  # schedules may only shorten T; guard anyway
   bar = tqdm(total=int(cfg.rounds), disable=not cfg.progress, desc=cfg.name, unit="round")
-  test_loss = test_acc = float("nan")
-  t = 0
-  while t < max_rounds:
-    plan = schedule.plan(state, t)
-    if plan.stop:
-      break
-    if bar.total != plan.horizon:
-      bar.total = plan.horizon
+  try:
+    (result,) = run_group([cfg], [setup], [out_dir], bar=bar)
+  finally:
+    bar.close()
+  return result
+
+
+def same_program(a: Setup, b: Setup) -> bool:
+  """Whether two runs can share one compiled round (all static parts and shapes)."""
+  return group_key(a) == group_key(b)
+
+
+def group_key(s: Setup) -> tuple:
+  """What fixes a run's compiled round: model, static round config, cohort slots,
+  data and test-set shapes, evaluation batch. Everything else (seed, epsilon,
+  learning rates, clip norm, schedules, T) is a traced value or host-side."""
+  return (s.model, s.round_cfg, s.k_slots, s.data.x.shape, s.data.y.shape,
+          s.x_test.shape, int(s.config.eval.batch_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _jit_init(model):
+  return jax.jit(model.init)
+
+
+def _pad_clients(args: engine.RoundArgs, k: int) -> engine.RoundArgs:
+  """Pads the client slots to ``k`` (a multiple of the mesh's 'clients' axis) with
+  masked copies of the first slot."""
+  extra = k - args.idx.shape[0]
+  if not extra:
+    return args
+  return args._replace(
+      idx=np.concatenate([args.idx, np.full(extra, args.idx[0], args.idx.dtype)]),
+      sel_mask=np.concatenate([args.sel_mask, np.zeros(extra, np.float32)]),
+      noise=np.concatenate([args.noise, np.zeros(extra, np.float32)]))
+
+
+def cohort_key(cfg) -> str:
+  """Runs with equal keys select the same clients from the same data every round:
+  the sampler depends only on (selection, U, K, q, seed, round)."""
+  return json.dumps([data_key(cfg), cfg.server.selection, int(cfg.server.clients_per_round),
+                     float(cfg.server.q)])
+
+
+def lane_layout(keys: Sequence[Any], max_padding: float = 0.5) -> list[list[int | None]]:
+  """Arranges runs as ``[G][L]``: G cohorts (runs with equal ``keys``) of L lanes.
+
+  Cohorts shorter than L are padded with ``None`` lanes (idle, frozen). When that
+  would waste more than ``max_padding`` of the lanes, every run becomes its own
+  cohort (L = 1).
+  """
+  cohorts: dict[Any, list[int]] = {}
+  for i, key in enumerate(keys):
+    cohorts.setdefault(key, []).append(i)
+  lanes = max(len(v) for v in cohorts.values())
+  if len(cohorts) * lanes > (1 + max_padding) * len(keys):
+    return [[i] for i in range(len(keys))]
+  return [v + [None] * (lanes - len(v)) for v in cohorts.values()]
+
+
+def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
+              out_dirs: Sequence[str | None] | None = None, *, bar=None,
+              devices: Sequence[jax.Device] | None = None) -> list[RunResult]:
+  """Runs configs that share one compiled round as one vmapped program per round.
+
+  Runs that select the same clients (same partition, seed and sampler) form a
+  cohort that reads the clients' data once for all its runs; cohorts form the
+  leading axis, laid out over ``devices`` (:mod:`fedjax_dp.sharding`).
+
+  Args:
+    cfgs: the runs' configs.
+    setups: their :func:`build` results; all must have the same :func:`group_key`.
+      Runs whose client data are the same object share it; otherwise the datasets
+      are stacked ``[D, U, ...]`` and each run reads its own.
+    out_dirs: a run directory per run (or None entries / None: write nothing).
+    bar: a tqdm bar to advance by one per run-round (its total follows the runs'
+      horizons).
+    devices: devices to lay the runs and clients over (default: all).
+
+  Returns:
+    One :class:`RunResult` per config, in order.
+  """
+  num = len(cfgs)
+  if not num:
+    return []
+  out_dirs = list(out_dirs) if out_dirs is not None else [None] * num
+  first = setups[0]
+  for s in setups[1:]:
+    if not same_program(first, s):
+      raise ValueError("run_group: runs differ in static config or shapes; group them "
+                       "with experiment.group_key")
+  model, round_cfg = first.model, first.round_cfg
+
+  # Client data: one copy per distinct dataset; runs index theirs by data_id.
+  datasets: list[FederatedData] = []
+  data_ids = []
+  for s in setups:
+    found = next((i for i, d in enumerate(datasets) if d is s.data), None)
+    if found is None:
+      datasets.append(s.data)
+      found = len(datasets) - 1
+    data_ids.append(found)
+  data = datasets[0] if len(datasets) == 1 else jax.tree_util.tree_map(
+      lambda *a: jnp.stack(a), *datasets)
+
+  layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)])
+  num_cohorts, num_lanes = len(layout), len(layout[0])
+  mesh = sharding.make_mesh(num_cohorts, devices)
+  n_sweep, n_clients = mesh.shape[sharding.SWEEP], mesh.shape[sharding.CLIENTS]
+  k_slots = -(-first.k_slots // n_clients) * n_clients
+  if int(cfgs[0].server.client_chunk) == CLIENT_CHUNK_AUTO:
+    # Resolve again for this group: each device holds num_cohorts / n_sweep cohorts'
+    # lanes and k_slots / n_clients of their clients.
+    per_device = engine.client_chunk_for_memory(
+        model, round_cfg, data, k_slots // n_clients,
+        lanes=num_cohorts // n_sweep * num_lanes)
+    round_cfg = dataclasses.replace(round_cfg, client_chunk=per_device * n_clients)
+  elif round_cfg.client_chunk and n_clients > 1:
+    # Chunks hold whole rows of the 'clients' axis, so they shard with it.
+    round_cfg = dataclasses.replace(
+        round_cfg, client_chunk=-(-round_cfg.client_chunk // n_clients) * n_clients)
+  trivial = sharding.is_trivial(mesh)
+  round_fn, eval_fn = engine.make_sweep_fns(model, round_cfg, int(cfgs[0].eval.batch_size),
+                                            None if trivial else mesh)
+  if trivial:
+    pts = rep = args_sharding = None
+    x_test, y_test = first.x_test, first.y_test
+  else:
+    pts, rep = sharding.points(mesh), sharding.replicated(mesh)
+    args_sharding = engine.round_args_sharding(mesh)
+    data, x_test, y_test = sharding.put((data, first.x_test, first.y_test), rep)
+
+  def lanes_of(values, fill):
+    """Per-run values -> ``[G][L]`` nested list (``fill`` for padding lanes)."""
+    return [[fill if i is None else values[i] for i in row] for row in layout]
+
+  def stack2(rows):
+    return jax.tree_util.tree_map(lambda *a: np.stack(a).reshape(
+        (num_cohorts, num_lanes) + np.shape(a[0])), *[x for row in rows for x in row])
+
+  init = _jit_init(model)
+  inits = [jax.device_get(init(jax.random.PRNGKey(c.seed))) for c in cfgs]
+  params = sharding.put(stack2([[inits[row[0] if i is None else i] for i in row]
+                                for row in layout]), pts)
+
+  loops = [RunLoop(c, s, d) for c, s, d in zip(cfgs, setups, out_dirs)]
+  horizons = [loop.horizon for loop in loops]
+  template = None
+  start = time.time()
+  while True:
+    planned = [loop.plan_round() for loop in loops]
+    if bar is not None and [loop.horizon for loop in loops] != horizons:
+      bar.total += sum(loop.horizon for loop in loops) - sum(horizons)
+      horizons = [loop.horizon for loop in loops]
       bar.refresh()
-    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
-    new_acct = privacy.accountant_step(acct, client_noise, central_noise)
-    certified = privacy.certified_epsilon(new_acct)
-    if cfg.privacy.enforce_budget and certified > privacy.target_epsilon * (1 + 1e-9):
-      status = "budget_exhausted"
+    if all(a is None for a in planned):
       break
-    idx, sel = engine.select_clients(cfg.server.selection, setup.num_clients,
-                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t)
-    args = engine.RoundArgs(
-        idx=jnp.asarray(idx), sel_mask=jnp.asarray(sel),
-        lr=jnp.asarray(_lr_steps(cfg, plan.lr_scale)),
-        clip=jnp.float32(cfg.client.clip),
-        noise=jnp.asarray(client_noise[idx], jnp.float32),
-        central_noise=jnp.float32(central_noise),
-        server_lr=jnp.float32(cfg.server.lr),
-        round=jnp.int32(t), seed=jnp.uint32(cfg.seed))
-    params, m = round_fn(params, setup.data, args)
-    acct = new_acct
-    evaluated = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
-    if evaluated:
-      test_loss, test_acc = (float(v) for v in eval_fn(params, setup.x_test, setup.y_test))
-    m = jax.device_get(m)
-    row = dict(
-        round=t + 1, test_loss=test_loss if evaluated else "",
-        test_accuracy=test_acc if evaluated else "",
-        train_loss=float(m.train_loss), grad_norm=float(m.grad_norm),
-        update_norm=float(m.update_norm), num_selected=int(m.num_selected),
-        noise_mean=float(np.mean(plan.noise[idx][sel > 0])) if sel.any() else 0.0,
-        horizon=plan.horizon, epsilon_claimed=privacy.claimed_epsilon(acct),
-        epsilon_certified=certified, wall_s=round(time.time() - start, 3))
-    rows.append(row)
-    bar.update(1)
-    bar.set_postfix(acc=f"{test_acc:.3f}", eps=f"{certified:.2f}")
-    if not (math.isfinite(row["train_loss"]) and (not evaluated or math.isfinite(test_loss))):
-      status, diverged_round = "diverged", t + 1
-      bar.write(f"[{cfg.name}] loss became non-finite at round {t + 1}: stopping (diverged)")
-      break
-    state = schedule.observe(state, t, {k: v for k, v in row.items()
-                                        if isinstance(v, (int, float))})
-    t += 1
-    if run_dir and (t % 25 == 0):
-      run_dir.write_metrics(rows, METRIC_COLUMNS)  # partial progress, still atomic
-  bar.close()
+    planned = [None if a is None else _pad_clients(a._replace(data_id=np.int32(d)), k_slots)
+               for a, d in zip(planned, data_ids)]
+    if template is None:
+      # Finished runs' lanes compute on zeros (client 0, no weight) and are frozen.
+      template = jax.tree_util.tree_map(np.zeros_like, next(a for a in planned if a))
+    rows = []
+    for row in layout:
+      # A cohort's lanes share its clients: idle lanes copy an active lane's inputs.
+      ref = next((planned[i] for i in row if i is not None and planned[i]), template)
+      rows.append([ref if i is None or planned[i] is None else planned[i] for i in row])
+    active = np.array(lanes_of([a is not None for a in planned], False))
+    params, metrics = round_fn(params, data, sharding.put(stack2(rows), args_sharding),
+                               sharding.put(active, pts))
+    test = None
+    if any(loop.wants_eval for loop in loops):
+      test = np.stack(jax.device_get(eval_fn(params, x_test, y_test)), axis=-1)  # [G, L, 2]
+    metrics = jax.device_get(metrics)
+    wall = time.time() - start
+    for g, row in enumerate(layout):
+      for lane, i in enumerate(row):
+        if i is None or planned[i] is None:
+          continue
+        loop = loops[i]
+        loop.record({k: v[g, lane] for k, v in metrics._asdict().items()},
+                    None if test is None else test[g, lane], wall)
+        if loop.status == "diverged" and bar is not None:
+          bar.write(f"[{loop.cfg.name}] loss became non-finite at round "
+                    f"{loop.diverged_round}: stopping (diverged)")
+    if bar is not None:
+      bar.update(sum(a is not None for a in planned))
+      if num == 1:
+        bar.set_postfix(acc=f"{loops[0].test[1]:.3f}",
+                        eps=f"{loops[0].rows[-1]['epsilon_certified']:.2f}")
+      else:
+        bar.set_postfix(running=int(sum(loop.running for loop in loops)))
   wall = time.time() - start
-  last_eval = next((r for r in reversed(rows) if r["test_loss"] != ""), None)
-  summary = dict(
-      name=cfg.name, status=status, diverged=status == "diverged",
-      diverged_round=diverged_round, rounds_run=len(rows),
-      final_test_loss=last_eval["test_loss"] if last_eval else None,
-      final_test_accuracy=last_eval["test_accuracy"] if last_eval else None,
-      epsilon_target=privacy.target_epsilon, delta=privacy.delta,
-      epsilon_claimed=rows[-1]["epsilon_claimed"] if rows else 0.0,
-      epsilon_certified=rows[-1]["epsilon_certified"] if rows else 0.0,
-      privacy=privacy.describe(), wall_seconds=round(wall, 3),
-      seconds_per_round=round(wall / max(len(rows), 1), 5),
-      device=str(jax.devices()[0].platform), num_params=setup.model.num_params())
-  if run_dir:
-    run_dir.write_metrics(rows, METRIC_COLUMNS)
-    run_dir.write_plot(rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}, "
-                       f"eps={privacy.target_epsilon:g}")
-    run_dir.write_summary(summary)
-  return RunResult(rows, summary, params)
+  host_params = params if jax.process_count() == 1 else sharding.to_host(params)
+  where = {i: (g, lane) for g, row in enumerate(layout) for lane, i in enumerate(row)
+           if i is not None}
+  return [loop.finish(wall, jax.tree_util.tree_map(lambda a: a[where[i]], host_params),
+                      group_size=num)
+          for i, loop in enumerate(loops)]

@@ -1,0 +1,277 @@
+"""Sweeps: the product of config grids, run as a few batched, compiled programs.
+
+::
+
+  fedjax-dp sweep CONFIG --grid privacy.epsilon=1,4,16 --grid seed=0,1,2 --out DIR
+
+or, from a notebook::
+
+  rows = run_sweep(cfg, {"privacy.epsilon": [1, 4, 16], "seed": [0, 1, 2]}, "runs/eps")
+  df = pandas.DataFrame(rows)
+
+Every point of the grid is a full run (its own schedule, client selection and
+accountant in the host loop). Points whose configs share every array shape and
+static setting (:func:`fedjax_dp.experiment.group_key`) form a group that runs as
+ONE vmapped, jitted round per round index: a leading sweep axis over the round's
+params and :class:`fedjax_dp.engine.RoundArgs`, with the client data shared (points
+with different partitions, e.g. seeds, index a stacked copy per partition). Seeds,
+epsilon, learning rates, clip norms, schedule parameters and T are all traced or
+host-side, so they never split a group or recompile; points of different T run to
+the largest T with finished points frozen. Points that change shapes (number of
+clients, model, local steps, ...) run as separate groups. Groups are laid out over
+all devices (:mod:`fedjax_dp.sharding`).
+
+Output directory::
+
+  DIR/sweep.json          the grid, the --set overrides and the points
+  DIR/sweep.csv           one row per point and round, grid values as columns
+  DIR/points/<name>/      each point's run directory (config.json, metrics.csv,
+                          summary.json, metrics.png), as ``fedjax-dp run`` writes it
+
+Re-running the same command resumes: a point whose ``summary.json`` exists is
+finished and skipped, and ``sweep.csv`` is rebuilt from the points' ``metrics.csv``
+files, so it equals the uninterrupted sweep's (wall-clock time is left out of it;
+it stays in each point's ``metrics.csv`` and ``summary.json``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import jax
+
+from fedjax_dp import config as config_lib
+from fedjax_dp import experiment, results, sharding
+
+SWEEP_COLUMNS = tuple(c for c in experiment.METRIC_COLUMNS if c != "wall_s")
+
+
+class Point(NamedTuple):
+  """One grid point.
+
+  Attributes:
+    index: position in the grid's product order.
+    name: directory name under ``points/`` (index and values, file-system safe).
+    values: ``{grid key: value}`` as parsed into the config.
+    config: the point's full config.
+  """
+
+  index: int
+  name: str
+  values: dict[str, Any]
+  config: Any
+
+
+def split_values(raw: str) -> list[str]:
+  """Splits ``'1,2,(3,4)'`` at top-level commas: ``['1', '2', '(3,4)']``."""
+  out, depth, cur = [], 0, ""
+  for ch in raw:
+    if ch in "([{":
+      depth += 1
+    elif ch in ")]}":
+      depth -= 1
+    if ch == "," and depth == 0:
+      out.append(cur.strip())
+      cur = ""
+    else:
+      cur += ch
+  out.append(cur.strip())
+  return [v for v in out if v]
+
+
+def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
+  """``['key=v1,v2', ...]`` (the CLI's ``--grid``) -> ``{key: [v1, v2]}``.
+
+  Raises:
+    config_lib.ConfigError: malformed argument or a key given twice.
+  """
+  grid: dict[str, list[str]] = {}
+  for a in args:
+    if "=" not in a:
+      raise config_lib.ConfigError(f"--grid expects key=v1,v2,..., got {a!r}")
+    key, raw = (s.strip() for s in a.split("=", 1))
+    if key in grid:
+      raise config_lib.ConfigError(f"--grid {key} given twice")
+    values = split_values(raw)
+    if not values:
+      raise config_lib.ConfigError(f"--grid {key}= has no values")
+    grid[key] = values
+  return grid
+
+
+def _as_text(value: Any) -> str:
+  """A Python value as ``--set`` text that ``config.override`` parses back to it."""
+  if isinstance(value, str):
+    return value
+  if hasattr(value, "item") and not isinstance(value, (list, tuple)):
+    value = value.item()  # numpy scalars
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, float):
+    return repr(value) if math.isfinite(value) else str(value)
+  if isinstance(value, (list, tuple)):
+    return repr(tuple(value))
+  return str(value)
+
+
+def _get(cfg, key: str) -> Any:
+  node = cfg
+  for part in key.split("."):
+    node = node[part]
+  return node
+
+
+def _label(value: Any) -> str:
+  text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+  return re.sub(r"[^A-Za-z0-9.+=_-]", "_", text)
+
+
+def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> list[Point]:
+  """The grid's points: ``cfg`` with ``sets`` applied, then each product assignment.
+
+  Args:
+    cfg: the base config.
+    grid: ``{dotted key: values}``; values are Python values or ``--set`` text. The
+      product runs in the given key order, the last key fastest.
+    sets: ``key=value`` overrides applied to every point first.
+
+  Raises:
+    config_lib.ConfigError: unknown keys (with suggestions) or unparsable values.
+  """
+  base = config_lib.override(cfg, list(sets))
+  keys = list(grid)
+  for key in keys:
+    if not len(grid[key]):
+      raise config_lib.ConfigError(f"grid {key!r} has no values")
+  leaves = [k.split(".")[-1] for k in keys]
+  labels = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(keys, leaves)]
+  points = []
+  for index, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
+    point_cfg = config_lib.override(base, [f"{k}={_as_text(v)}" for k, v in zip(keys, combo)])
+    values = {k: _get(point_cfg, k) for k in keys}
+    name = f"{index:03d}" + "".join(f"-{lab}={_label(values[k])}"
+                                     for lab, k in zip(labels, keys))
+    point_cfg.name = f"{base.name}/{name}"
+    point_cfg.progress = False  # the sweep has one bar over all points
+    points.append(Point(index, name, values, point_cfg))
+  return points
+
+
+def _coerce(value: Any) -> Any:
+  """CSV text -> number where it is one ('' -> None), so fresh and resumed rows agree."""
+  if value is None or value == "":
+    return None
+  if not isinstance(value, str):
+    return value
+  try:
+    return int(value)
+  except ValueError:
+    pass
+  try:
+    return float(value)
+  except ValueError:
+    return value
+
+
+def _sweep_rows(point: Point, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  return [dict(point=point.name, **point.values,
+               **{c: _coerce(r.get(c)) for c in SWEEP_COLUMNS}) for r in rows]
+
+
+def _finished(point: Point, point_dir: Path) -> bool:
+  """Whether ``point_dir`` holds this point's finished run (its summary.json).
+
+  Raises:
+    ValueError: the directory holds a run of a different config.
+  """
+  if not (point_dir / "summary.json").exists():
+    return False
+  want = json.loads(json.dumps(results._jsonable(point.config.to_dict()), sort_keys=True))
+  have = json.loads((point_dir / "config.json").read_text())
+  if have != want:
+    raise ValueError(f"{point_dir} holds a finished run of a different config; use a new "
+                     "--out directory (or delete it) to run this sweep")
+  return True
+
+
+def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
+              sets: Sequence[str] = (), progress: bool | None = None,
+              devices: Sequence[jax.Device] | None = None) -> list[dict[str, Any]]:
+  """Runs every point of ``grid`` over ``cfg``, batching points that share shapes.
+
+  Args:
+    cfg: the base config (a ConfigDict, e.g. ``config.load_config(path)``).
+    grid: ``{dotted key: [values]}``, e.g. ``{"privacy.epsilon": [1, 4], "seed": [0, 1]}``.
+    out_dir: where to write (see the module docstring); None keeps results in memory.
+      Finished points found there are skipped.
+    sets: ``key=value`` overrides applied to every point.
+    progress: show a progress bar over the whole sweep; default ``cfg.progress``.
+    devices: devices to lay the sweep over (default: all, on all hosts).
+
+  Returns:
+    One dict per point and round, in grid order: the point's name, its grid values
+    and the metric columns (``pandas.DataFrame(rows)``; the same rows as
+    ``sweep.csv``).
+  """
+  from tqdm.auto import tqdm
+
+  points = expand(cfg, grid, sets)
+  progress = bool(cfg.progress) if progress is None else progress
+  out = Path(out_dir) if out_dir else None
+  point_dirs = [out / "points" / p.name if out else None for p in points]
+  done = [bool(out) and _finished(p, d) for p, d in zip(points, point_dirs)]
+  if out and sharding.is_primary():
+    results.write_json(out / "sweep.json", dict(
+        config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
+        points=[dict(name=p.name, values=p.values) for p in points]))
+
+  # Build every pending point (host partitions, privacy plans; one device copy per
+  # dataset), then group the points that can share one compiled round.
+  cache: dict = {}
+  pending = [p for p, d in zip(points, done) if not d]
+  setups = {}
+  for p in pending:
+    setups[p.index] = experiment.build(p.config, cache=cache)
+  groups: dict[tuple, list[Point]] = {}
+  for p in pending:
+    groups.setdefault(experiment.group_key(setups[p.index]), []).append(p)
+
+  fresh: dict[int, list[dict[str, Any]]] = {}
+  bar = tqdm(total=sum(int(p.config.rounds) for p in pending), disable=not progress,
+             desc=f"sweep {cfg.name}", unit="round")
+  start = time.time()
+  try:
+    for members in groups.values():
+      bar.set_description(f"sweep {cfg.name} ({len(members)} points)")
+      res = experiment.run_group(
+          [p.config for p in members], [setups[p.index] for p in members],
+          [str(point_dirs[p.index]) if out else None for p in members],
+          bar=bar, devices=devices)
+      for p, r in zip(members, res):
+        fresh[p.index] = r.rows
+  finally:
+    bar.close()
+
+  rows: list[dict[str, Any]] = []
+  for p, d in zip(points, point_dirs):
+    # Resumed and fresh points both come from metrics.csv when there is a directory,
+    # so sweep.csv does not depend on which points ran in this invocation.
+    # (Only process 0 writes files in a multi-host job; the others use their rows.)
+    on_disk = out and (sharding.is_primary() or p.index not in fresh)
+    source = results.read_csv(d / "metrics.csv") if on_disk else fresh[p.index]
+    rows.extend(_sweep_rows(p, source))
+  if out and sharding.is_primary():
+    results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS])
+    results.write_json(out / "sweep.json", dict(
+        config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
+        points=[dict(name=p.name, values=p.values) for p in points],
+        last_invocation=dict(ran=len(pending), skipped=len(points) - len(pending),
+                             groups=[[p.name for p in g] for g in groups.values()],
+                             wall_seconds=round(time.time() - start, 3))))
+  return rows

@@ -1,0 +1,168 @@
+"""Sweeps: batched points equal single runs, resume, one compile per shape group."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedjax_dp import cli, engine, experiment, sweep
+from fedjax_dp import config as config_lib
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
+FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
+                 "noise_mean", "epsilon_claimed", "epsilon_certified")
+
+
+def _base(**sets):
+  base = {"rounds": "4", "data.num_clients": "5", "data.samples_per_client": "24",
+          "server.clients_per_round": "3", "model.name": "logistic", "progress": "false"}
+  base.update(sets)
+  return config_lib.override(config_lib.load_config(QUICKSTART),
+                             [f"{k}={v}" for k, v in base.items()])
+
+
+def _assert_rows_close(got, want):
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert g["round"] == w["round"] and g["num_selected"] == w["num_selected"]
+    for c in FLOAT_COLUMNS:
+      a, b = g[c], w[c]
+      if a in ("", None) or b in ("", None):
+        assert a in ("", None) and b in ("", None), c
+      else:
+        np.testing.assert_allclose(float(a), float(b), rtol=2e-5, atol=1e-6, err_msg=c)
+
+
+class _CompileCounter:
+  """Counts XLA compilations of the sweep's round and eval programs."""
+
+  def __init__(self):
+    self.names = []
+
+  def __call__(self, event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+      self.names.append(kw.get("fun_name", ""))
+
+  def count(self, name):
+    return sum(n == f"jit({name})" for n in self.names)
+
+  def __enter__(self):
+    jax.monitoring.register_event_duration_secs_listener(self)
+    return self
+
+  def __exit__(self, *exc):
+    jax.monitoring.unregister_event_duration_listener(self)
+
+
+def test_sweep_points_equal_single_runs():
+  cfg = _base(**{"eval.every": "2"})
+  grid = {"privacy.epsilon": [2.0, math.inf], "seed": [0, 3], "client.lr": [0.5],
+          "rounds": [3, 5]}
+  rows = sweep.run_sweep(cfg, grid)
+  df = pd.DataFrame(rows)
+  assert len(df.point.unique()) == 8
+  assert set(grid) <= set(df.columns)
+  for point in sweep.expand(cfg, grid):
+    got = [r for r in rows if r["point"] == point.name]
+    want = experiment.run(point.config).rows
+    _assert_rows_close(got, want)
+    assert got[-1]["round"] == point.values["rounds"]  # T differs within one program
+
+
+def test_points_of_different_shapes_run_as_separate_groups():
+  cfg = _base()
+  grid = {"data.num_clients": [5, 6], "privacy.epsilon": [4.0]}
+  points = sweep.expand(cfg, grid)
+  cache: dict = {}
+  keys = {experiment.group_key(experiment.build(p.config, cache=cache)) for p in points}
+  assert len(keys) == 2
+  rows = sweep.run_sweep(cfg, grid)
+  for point in points:
+    got = [r for r in rows if r["point"] == point.name]
+    _assert_rows_close(got, experiment.run(point.config).rows)
+
+
+def test_no_recompile_across_epsilon_lr_seed_and_T():
+  # A shape no other test uses, so the first sweep compiles exactly once.
+  cfg = _base(**{"data.samples_per_client": "19", "rounds": "3"})
+  setup = experiment.build(sweep.expand(cfg, {"seed": [0]})[0].config)
+  round_fn, _ = engine.make_sweep_fns(setup.model, setup.round_cfg, 2048, None)
+  cached = round_fn._cache_size()  # other tests' shapes share the same jitted function
+  with _CompileCounter() as counter:
+    sweep.run_sweep(cfg, {"privacy.epsilon": [1.0, 8.0], "client.lr": [0.1, 0.7],
+                          "seed": [0, 1]})
+    sweep.run_sweep(cfg, {"rounds": [4, 1], "client.clip": [0.5, 2.0], "seed": [5, 6],
+                          "privacy.delta": [1e-4]})
+  assert counter.count("round_fn") == 1, counter.names
+  # The evaluation's shapes do not depend on the client data: maybe compiled already.
+  assert counter.count("eval_fn") <= 1, counter.names
+  assert round_fn._cache_size() == cached + 1
+
+
+def test_resume_after_kill_reproduces_sweep_csv(tmp_path):
+  cfg = _base(**{"rounds": "2"})
+  grid = {"privacy.epsilon": [2.0, 8.0], "seed": [0, 1]}
+  full, resumed = tmp_path / "full", tmp_path / "resumed"
+  sweep.run_sweep(cfg, grid, str(full))
+  sweep.run_sweep(cfg, grid, str(resumed))
+  points = sorted((resumed / "points").iterdir())
+  # A kill leaves unfinished points without summary.json (maybe with partial files).
+  shutil.rmtree(points[1])
+  (points[2] / "summary.json").unlink()
+  kept = (points[0] / "summary.json").stat().st_mtime_ns
+  sweep.run_sweep(cfg, grid, str(resumed))
+  assert (points[0] / "summary.json").stat().st_mtime_ns == kept  # not re-run
+  a = pd.read_csv(full / "sweep.csv")
+  b = pd.read_csv(resumed / "sweep.csv")
+  pd.testing.assert_frame_equal(a, b, rtol=1e-5)
+  assert list(a.columns[:3]) == ["point", "privacy.epsilon", "seed"]
+  assert "wall_s" not in a.columns
+  for p in points:
+    for name in ("config.json", "metrics.csv", "summary.json", "metrics.png"):
+      assert (p / name).exists()
+
+
+def test_resume_refuses_a_directory_of_another_sweep(tmp_path):
+  cfg = _base(**{"rounds": "2"})
+  sweep.run_sweep(cfg, {"seed": [0]}, str(tmp_path))
+  with pytest.raises(ValueError, match="different config"):
+    sweep.run_sweep(config_lib.override(cfg, ["client.lr=0.3"]), {"seed": [0]}, str(tmp_path))
+
+
+def test_cli_sweep(tmp_path, capsys):
+  out = tmp_path / "sw"
+  # The shapes of _base(), so the compiled round is shared with the tests above.
+  sets = [a for k, v in {"data.num_clients": 5, "server.clients_per_round": 3,
+                         "data.samples_per_client": 24, "model.name": "logistic"}.items()
+          for a in ("--set", f"{k}={v}")]
+  code = cli.main(["sweep", str(QUICKSTART), "--out", str(out), "--no-progress",
+                   "--grid", "privacy.epsilon=4,inf", "--grid", "rounds=2,3",
+                   "--grid", "seed=0,1", *sets])
+  assert code == 0
+  assert "8 points" in capsys.readouterr().out
+  df = pd.read_csv(out / "sweep.csv")
+  assert sorted(df.groupby("point")["round"].max()) == [2, 2, 2, 2, 3, 3, 3, 3]
+  assert df["privacy.epsilon"].isin([4.0, math.inf]).all()
+  meta = json.loads((out / "sweep.json").read_text())
+  assert meta["grid"] == {"privacy.epsilon": ["4", "inf"], "rounds": ["2", "3"],
+                          "seed": ["0", "1"]}
+
+
+@pytest.mark.parametrize("raw,values", [("1,2,3", ["1", "2", "3"]),
+                                        ("(1,2),(3,4)", ["(1,2)", "(3,4)"]),
+                                        ("a, b", ["a", "b"])])
+def test_split_values(raw, values):
+  assert sweep.split_values(raw) == values
+
+
+def test_bad_grid_is_reported():
+  with pytest.raises(config_lib.ConfigError, match="did you mean privacy.epsilon"):
+    sweep.expand(_base(), {"privacy.epsilonn": [1.0]})
+  with pytest.raises(config_lib.ConfigError, match="key=v1"):
+    sweep.parse_grid(["seed"])
