@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 from common import MNIST_DIR, RESULTS, ROOT, machine, print_table, time_fn  # noqa: E402
 from fedjax_dp import config as config_lib  # noqa: E402

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -34,12 +38,59 @@ def time_fn(fn: Callable[[], object], repeats: int = 10, warmup: int = 2) -> flo
   return float(np.median(times))
 
 
-def matmul_gflops(n: int = 1024, repeats: int = 10) -> float:
+def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
   """This machine's fp32 matmul throughput (the roofline), measured now."""
   a = jnp.ones((n, n), jnp.float32)
   f = jax.jit(lambda x: x @ x)
   sec = time_fn(lambda: f(a), repeats)
   return 2 * n ** 3 / sec / 1e9
+
+
+def peak_rss_mb() -> float:
+  """This process's peak resident memory (MB): host RAM, which on CPU is the device's."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def device_peak_mb() -> float | None:
+  """Peak device memory (MB) where the backend reports it (GPU/TPU), else None."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  return None if peak is None else peak / 2**20
+
+
+def forward_flops_per_example(model, params, n: int = 64) -> float:
+  """FLOPs of one example's forward pass, from XLA's cost analysis of ``model.apply``."""
+  x = jnp.zeros((n,) + tuple(model.input_shape), jnp.float32)
+  cost = jax.jit(model.apply).lower(params, x).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost["flops"]) / n
+
+
+def training_gflop(model, params, examples: int) -> float:
+  """Model training FLOPs (forward + backward = 3x forward) of ``examples``, in GFLOP.
+
+  The "effective" FLOPs: the work a non-private step needs, whatever the engine
+  spends beyond it (clipping, noise, copies) counts as overhead.
+  """
+  return 3.0 * forward_flops_per_example(model, params) * examples / 1e9
+
+
+def run_task(script: Path, args: Sequence[str], timeout: float) -> dict:
+  """Runs ``script args --json`` in a fresh process (clean peak memory and compile
+  caches) and returns the JSON dict it prints last, or an error record."""
+  start = time.time()
+  try:
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+  except subprocess.TimeoutExpired:
+    return dict(error=f"timed out after {timeout:.0f} s")
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    tail = (proc.stderr or proc.stdout)[-800:]
+    return dict(error=f"exit {proc.returncode}: {tail}")
+  out = json.loads(lines[-1])
+  out["task_wall_s"] = round(time.time() - start, 1)
+  return out
 
 
 def machine() -> str:

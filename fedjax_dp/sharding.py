@@ -14,8 +14,10 @@ become the axes of one 2-D device mesh::
 XLA's SPMD partitioner then runs each device's clients of each of its cohorts and
 sums the weighted updates across the 'clients' axis with one all-reduce per round;
 cohorts never communicate, and a cohort's L points stay on the same devices so
-they keep sharing the reads of its clients' data. ``jax.devices()`` lists every device of every process
-after ``jax.distributed.initialize()``, so the same code spans several GPUs of one
+they keep sharing the reads of its clients' data.
+
+``jax.devices()`` lists every device of every process after
+``jax.distributed.initialize()``, so the same code spans several GPUs of one
 machine or several hosts; every process runs the same host loop (the host side is
 deterministic numpy) and only process 0 writes files. No ``pmap``.
 

@@ -1,0 +1,163 @@
+"""All benchmarks W1-W4 with their baselines, side by side, in one command.
+
+  python benchmarks/run_all.py [--quick] [--only W1,W3] [--no-torch]
+
+Every (workload, method) runs in a fresh process (``workloads.py``), so its peak
+memory and its compile cache are its own; the machine's fp32 matmul roofline is
+measured inside each process, just before its timing. Prints one table and writes
+``benchmarks/results/<workload>.csv`` plus ``benchmarks/results/all.csv`` and
+``benchmarks/results/table.md``. ``--quick`` takes fewer repeats (about 10 minutes
+on 2 CPU cores; the full run about 15). The PyTorch rows need ``pip install
+torch==2.13.0`` (CPU wheel); without torch they are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, machine, print_table, run_task  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parent / "workloads.py"
+# (task, timeout in seconds); the order is the table's.
+TASKS = [
+    ("W1/ours", 300), ("W1/ours_all_at_once", 300), ("W1/loop", 300), ("W1/torch", 600),
+    ("W2/ours", 600), ("W2/loop", 600), ("W2/torch", 300),
+    ("W3-1k/ours", 300), ("W3-1k/fused", 300), ("W3-1k/loop", 300), ("W3-1k/torch", 300),
+    ("W3-10k/ours", 300), ("W3-10k/ours_all_at_once", 300), ("W3-10k/fused", 300),
+    ("W3-10k/loop", 300), ("W3-10k/torch", 300),
+    ("W4/batched", 600), ("W4/one_by_one", 900),
+    ("W4/batched_files", 600), ("W4/one_by_one_files", 900),
+]
+QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch"}
+COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
+           "roofline_gflops", "roofline_frac", "peak_rss_mb", "vs", "note"]
+
+
+def _notes(rows: dict[str, dict]) -> None:
+  """Adds the comparisons the targets ask for (speedups and ratios)."""
+  def ratio(a, b, key="seconds_per_round"):
+    if a in rows and b in rows and "error" not in rows[a] and "error" not in rows[b]:
+      return rows[b][key] / rows[a][key]
+    return None
+
+  def faster(r, base):
+    return f"{r:.1f}x faster than {base}" if r >= 1 else f"{1 / r:.1f}x slower than {base}"
+
+  for w in ("W1", "W2"):
+    for base in ("torch", "loop"):
+      r = ratio(f"{w}/ours", f"{w}/{base}")
+      if r is not None:
+        rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
+  for w in ("W3-1k", "W3-10k"):
+    r = ratio(f"{w}/fused", f"{w}/ours")
+    if r is not None:
+      rows[f"{w}/ours"].setdefault("vs", []).append(f"{r:.1f}x the fused batch's time")
+    for base in ("loop", "torch"):
+      r = ratio(f"{w}/ours", f"{w}/{base}")
+      if r is not None:
+        rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
+  for suffix in ("", "_files"):
+    r = ratio(f"W4/batched{suffix}", f"W4/one_by_one{suffix}", "total_s")
+    if r is not None:
+      rows[f"W4/batched{suffix}"]["vs"] = [f"{r:.1f}x faster end to end than one by one"]
+  for key, row in rows.items():
+    if isinstance(row.get("vs"), list):
+      row["vs"] = "; ".join(row["vs"])
+    notes = []
+    if "client_chunk" in row:
+      notes.append(f"client_chunk={row['client_chunk']}")
+    if "total_s" in row:
+      notes.append(f"total {row['total_s']:.1f} s")
+    if row.get("error"):
+      notes.append(row["error"].splitlines()[-1][:120])
+    row["note"] = ", ".join(notes)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description="Run all fedjax_dp benchmarks.")
+  parser.add_argument("--quick", action="store_true", help="fewer repeats")
+  parser.add_argument("--only", default="", help="comma-separated workload prefixes")
+  parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
+  parser.add_argument("--render", action="store_true",
+                      help="only rebuild the table from benchmarks/results/all.csv")
+  args = parser.parse_args(argv)
+  if args.render:
+    return _render_saved()
+  have_torch = importlib.util.find_spec("torch") is not None and not args.no_torch
+  only = [p for p in args.only.split(",") if p]
+  start = time.time()
+  rows: dict[str, dict] = {}
+  for task, timeout in TASKS:
+    if only and not any(task.startswith(p) for p in only):
+      continue
+    if args.quick and task in QUICK_SKIP:
+      continue
+    if task.endswith("/torch") and not have_torch:
+      rows[task] = dict(task=task, error="torch not installed (pip install torch==2.13.0)")
+      continue
+    print(f"[{time.time() - start:6.0f} s] {task} ...", flush=True)
+    out = run_task(SCRIPT, [task] + (["--quick"] if args.quick else []), timeout)
+    out["task"] = task
+    rows[task] = out
+  _notes(rows)
+  table = list(rows.values())
+  print(f"\nmachine: {machine()}")
+  print(f"command: python benchmarks/run_all.py{' --quick' if args.quick else ''}; "
+        f"took {time.time() - start:.0f} s\n")
+  print_table(table, COLUMNS)
+  _write(table)
+  return 0
+
+
+def _render_saved() -> int:
+  from fedjax_dp.results import read_csv
+
+  def number(v):
+    try:
+      return float(v)
+    except (TypeError, ValueError):
+      return v
+
+  rows = {}
+  for r in read_csv(RESULTS / "all.csv"):
+    r = {k: number(v) for k, v in r.items() if v != "" and k not in ("vs", "note")}
+    if "client_chunk" in r:
+      r["client_chunk"] = int(r["client_chunk"])
+    rows[r["task"]] = r
+  _notes(rows)
+  table = list(rows.values())
+  print_table(table, COLUMNS)
+  _write(table)
+  return 0
+
+
+def _write(table: list[dict]) -> None:
+  RESULTS.mkdir(parents=True, exist_ok=True)
+  from fedjax_dp.results import write_csv
+  fields = sorted({k for r in table for k in r} - {"task", "machine"})
+  write_csv(RESULTS / "all.csv", [dict({"machine": machine()}, **r) for r in table],
+            ["task", *fields, "machine"])
+  by_workload: dict[str, list] = {}
+  for r in table:
+    by_workload.setdefault(r["task"].split("/")[0], []).append(r)
+  for w, rs in by_workload.items():
+    write_csv(RESULTS / f"{w}.csv", rs, ["task", *fields])
+  lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+  for r in table:
+    cells = []
+    for c in COLUMNS:
+      v = r.get(c)
+      cells.append(f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v)))
+    lines.append("| " + " | ".join(cells) + " |")
+  (RESULTS / "table.md").write_text("\n".join(lines) + "\n")
+  print(f"\nwrote {RESULTS}/all.csv, per-workload CSVs and table.md")
+
+
+if __name__ == "__main__":
+  sys.exit(main())
