@@ -159,6 +159,17 @@ def w1(method: str, quick: bool) -> dict:
                  gflop, roofline, **extra)
 
 
+def _our_round_config(model, ccfg, data, cohort: int, method: str, extra: dict):
+  """Our round config: ``'ours'`` picks the client chunk from memory (recorded in
+  ``extra``), ``'ours_all_at_once'`` vmaps the whole cohort."""
+  rcfg = engine.RoundConfig(ccfg)
+  if method == "ours":
+    chunk = engine.client_chunk_for_memory(model, rcfg, data, cohort)
+    rcfg = dataclasses.replace(rcfg, client_chunk=chunk)
+    extra["client_chunk"] = chunk
+  return rcfg
+
+
 # ----------------------------------------------------------------------------- W2
 
 
@@ -176,11 +187,7 @@ def w2(method: str, quick: bool) -> dict:
   ccfg = client_lib.ClientConfig(W2_STEPS, W2_BATCH, "update_l2", "central")
   extra = {}
   if method.startswith("ours"):
-    rcfg = engine.RoundConfig(ccfg)
-    if method == "ours":
-      chunk = engine.client_chunk_for_memory(model, rcfg, data, W2_COHORT)
-      rcfg = dataclasses.replace(rcfg, client_chunk=chunk)
-      extra["client_chunk"] = chunk
+    rcfg = _our_round_config(model, ccfg, data, W2_COHORT, method, extra)
     args = _args(idx, sel, np.zeros(W2_COHORT), lr, clip, central)
     # Compiled ahead, then one timed round: a round takes about a minute on 2 CPU
     # cores (see BENCHMARKS.md).
@@ -218,11 +225,7 @@ def w3(method: str, quick: bool, cohort: int) -> dict:
   extra = {}
   repeats = 3 if quick else 10
   if method.startswith("ours"):
-    rcfg = engine.RoundConfig(ccfg)
-    if method == "ours":
-      chunk = engine.client_chunk_for_memory(model, rcfg, data, cohort)
-      rcfg = dataclasses.replace(rcfg, client_chunk=chunk)
-      extra["client_chunk"] = chunk
+    rcfg = _our_round_config(model, ccfg, data, cohort, method, extra)
     fn = engine.make_round_fn(model, rcfg)
     args = _args(idx, sel, np.zeros(cohort), [0.1], 1.0, 0.01)
     sec = time_fn(lambda: fn(params, data, args), repeats=repeats)

@@ -11,20 +11,15 @@ import pytest
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine, experiment
-from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
+
+from _helpers import toy_federated
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "quickstart.py"
 
 
 def _toy(num_clients=9, n=12, shape=(4, 4, 1), classes=3, seed=0):
-  rng = np.random.default_rng(seed)
-  sizes = rng.integers(n // 2, n + 1, num_clients)
-  x = rng.normal(size=(sizes.sum(),) + shape).astype(np.float32)
-  y = rng.integers(0, classes, sizes.sum()).astype(np.int32)
-  bounds = np.concatenate([[0], np.cumsum(sizes)])
-  return build_federated_data(x, y, [np.arange(bounds[i], bounds[i + 1])
-                                     for i in range(num_clients)], n_max=n)
+  return toy_federated(num_clients, n, shape, classes, seed, n_max=n)
 
 
 def _args(idx, mask, lr, central=0.0):

@@ -7,18 +7,13 @@ import pytest
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import engine
-from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
+
+from _helpers import toy_federated
 
 
 def _toy(num_clients=6, n=20, shape=(4, 4, 1), classes=3, seed=0):
-  rng = np.random.default_rng(seed)
-  sizes = rng.integers(n // 2, n + 1, num_clients)
-  x = rng.normal(size=(sizes.sum(),) + shape).astype(np.float32)
-  y = rng.integers(0, classes, sizes.sum()).astype(np.int32)
-  bounds = np.concatenate([[0], np.cumsum(sizes)])
-  clients = [np.arange(bounds[i], bounds[i + 1]) for i in range(num_clients)]
-  return build_federated_data(x, y, clients), shape, classes
+  return toy_federated(num_clients, n, shape, classes, seed), shape, classes
 
 
 def _args(idx, mask, noise, lr=(0.3,), clip=0.7, central=0.0, t=3, seed=11):

@@ -1,6 +1,5 @@
 """Notebooks execute end to end (in their reduced SMOKE mode)."""
 
-import os
 from pathlib import Path
 
 import nbformat

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, sharding, sweep
+
+from _helpers import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
@@ -22,11 +23,9 @@ COLUMNS = ("train_loss", "test_loss", "test_accuracy", "grad_norm", "update_norm
 
 
 def _base(**sets):
-  base = {"rounds": "3", "data.num_clients": "5", "data.samples_per_client": "24",
-          "server.clients_per_round": "3", "model.name": "logistic", "progress": "false"}
-  base.update(sets)
-  return config_lib.override(config_lib.load_config(QUICKSTART),
-                             [f"{k}={v}" for k, v in base.items()])
+  return small_config({"rounds": "3", "data.num_clients": "5",
+                       "data.samples_per_client": "24", "server.clients_per_round": "3",
+                       "model.name": "logistic", "progress": "false"}, **sets)
 
 
 def workload() -> dict:
@@ -36,7 +35,7 @@ def workload() -> dict:
   out["sweep_cohorts"] = sweep.run_sweep(_base(), {"privacy.epsilon": [2.0, 8.0],
                                                    "seed": [0, 1]})
   # 8 points of 8 seeds, one lane each (stacked partitions): mesh (8, 1).
-  out["sweep_seeds"] = sweep.run_sweep(_base(**{"rounds": "2"}), {"seed": list(range(8))})
+  out["sweep_seeds"] = sweep.run_sweep(_base(rounds="2"), {"seed": list(range(8))})
   # 2 points, 1 cohort: mesh (1, 8); chunks of 2 clients rounded up to the axis, 8.
   out["sweep_chunked"] = sweep.run_sweep(
       _base(**{"server.client_chunk": "2", "data.num_clients": "9",

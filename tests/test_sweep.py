@@ -13,6 +13,8 @@ import pytest
 from fedjax_dp import cli, engine, experiment, sweep
 from fedjax_dp import config as config_lib
 
+from _helpers import small_config
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
 FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
@@ -20,11 +22,9 @@ FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "updat
 
 
 def _base(**sets):
-  base = {"rounds": "4", "data.num_clients": "5", "data.samples_per_client": "24",
-          "server.clients_per_round": "3", "model.name": "logistic", "progress": "false"}
-  base.update(sets)
-  return config_lib.override(config_lib.load_config(QUICKSTART),
-                             [f"{k}={v}" for k, v in base.items()])
+  return small_config({"rounds": "4", "data.num_clients": "5",
+                       "data.samples_per_client": "24", "server.clients_per_round": "3",
+                       "model.name": "logistic", "progress": "false"}, **sets)
 
 
 def _assert_rows_close(got, want):
@@ -106,7 +106,7 @@ def test_no_recompile_across_epsilon_lr_seed_and_T():
 
 
 def test_resume_after_kill_reproduces_sweep_csv(tmp_path):
-  cfg = _base(**{"rounds": "2"})
+  cfg = _base(rounds="2")
   grid = {"privacy.epsilon": [2.0, 8.0], "seed": [0, 1]}
   full, resumed = tmp_path / "full", tmp_path / "resumed"
   sweep.run_sweep(cfg, grid, str(full))
@@ -129,7 +129,7 @@ def test_resume_after_kill_reproduces_sweep_csv(tmp_path):
 
 
 def test_resume_refuses_a_directory_of_another_sweep(tmp_path):
-  cfg = _base(**{"rounds": "2"})
+  cfg = _base(rounds="2")
   sweep.run_sweep(cfg, {"seed": [0]}, str(tmp_path))
   with pytest.raises(ValueError, match="different config"):
     sweep.run_sweep(config_lib.override(cfg, ["client.lr=0.3"]), {"seed": [0]}, str(tmp_path))

@@ -1,0 +1,30 @@
+"""Small fixtures shared by the tests: toy federated data and reduced configs."""
+
+from pathlib import Path
+
+import numpy as np
+
+from fedjax_dp import config as config_lib
+from fedjax_dp.data.federated import build_federated_data
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
+
+
+def toy_federated(num_clients=6, n=20, shape=(4, 4, 1), classes=3, seed=0, n_max=None):
+  """Random clients with between n/2 and n examples each (``FederatedData``)."""
+  rng = np.random.default_rng(seed)
+  sizes = rng.integers(n // 2, n + 1, num_clients)
+  x = rng.normal(size=(sizes.sum(),) + shape).astype(np.float32)
+  y = rng.integers(0, classes, sizes.sum()).astype(np.int32)
+  bounds = np.concatenate([[0], np.cumsum(sizes)])
+  clients = [np.arange(bounds[i], bounds[i + 1]) for i in range(num_clients)]
+  return build_federated_data(x, y, clients, n_max=n_max)
+
+
+def small_config(defaults: dict, **sets):
+  """The quickstart config with ``defaults`` then ``sets`` applied as overrides."""
+  base = dict(defaults)
+  base.update(sets)
+  return config_lib.override(config_lib.load_config(QUICKSTART),
+                             [f"{k}={v}" for k, v in base.items()])
