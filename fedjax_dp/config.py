@@ -18,6 +18,8 @@ from typing import Any, Sequence
 import ml_collections
 from ml_collections import config_dict
 
+from fedjax_dp.schedules import SCHEDULES
+
 ConfigDict = ml_collections.ConfigDict
 
 
@@ -75,13 +77,20 @@ def base_config() -> ConfigDict:
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
+  # Gaussian upload noise: 'per_client' draws each upload's noise; 'aggregate' draws
+  # the noise of the weighted sum once (same distribution of the model, K x fewer
+  # random numbers; see engine.RoundConfig.aggregate_upload_noise).
+  c.privacy.noise_sampling = "per_client"
 
   c.schedule = ConfigDict()
-  c.schedule.name = "constant"    # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei)
+  # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
+  # the T grid schedule.t_grid, run as one sweep; the best final test loss is kept)
+  c.schedule.name = "constant"
   c.schedule.beta = 0.9            # crd: discount factor in (0, 1)
   c.schedule.zeta = 0.001          # crd: trigger threshold on the test-loss decrease
   c.schedule.decay_fraction = 0.5  # linear_decay: share of sigma_0 removed over T0 rounds
   c.schedule.decay_floor = 0.1     # linear_decay: lowest sigma as a fraction of sigma_0
+  c.schedule.t_grid = ()           # optimal_t: T values searched; () = 10, 20, ..., rounds
 
   c.eval = ConfigDict()
   c.eval.every = 1
@@ -198,6 +207,20 @@ def validate(cfg: ConfigDict) -> None:
                       f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
+  if cfg.privacy.noise_sampling not in ("per_client", "aggregate"):
+    raise ConfigError(f"privacy.noise_sampling: unknown {cfg.privacy.noise_sampling!r}; "
+                      "known: ['aggregate', 'per_client']")
+  if cfg.privacy.noise_sampling == "aggregate" and (
+      cfg.privacy.placement != "upload" or cfg.privacy.mechanism != "gaussian"):
+    raise ConfigError("privacy.noise_sampling='aggregate' needs privacy.placement='upload' "
+                      "and privacy.mechanism='gaussian' (a sum of Laplace draws is not "
+                      f"Laplace); got {cfg.privacy.placement!r}, {cfg.privacy.mechanism!r}")
+  if cfg.schedule.name not in (*SCHEDULES, "optimal_t"):
+    raise ConfigError(f"schedule.name: unknown {cfg.schedule.name!r}; known: "
+                      f"{sorted([*SCHEDULES, 'optimal_t'])}")
+  if cfg.schedule.name == "optimal_t":
+    if any(int(t) < 1 for t in cfg.schedule.t_grid):
+      raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
     raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:

@@ -49,6 +49,7 @@ PyTree = Any
 SELECTIONS = ("uniform", "poisson", "round_robin", "all")
 AGGREGATIONS = ("normalized", "unnormalized")
 SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side noise
+AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
 
 
@@ -104,11 +105,21 @@ class RoundConfig:
       processed as a ``lax.scan`` over chunks that accumulates the weighted sum, so
       memory holds one chunk of client data and model copies. 0 means all K at once.
       The result does not depend on it (keys are per client id).
+    aggregate_upload_noise: Gaussian upload noise only: instead of drawing a
+      model-sized N(0, sigma_k^2) for each of the K uploads, draw the noise of their
+      weighted sum once, N(0, sum_k p_k^2 sigma_k^2) (a sum of independent Gaussians
+      is Gaussian), on the server's key. The new global model has exactly the same
+      distribution, the privacy guarantee is that of the per-client mechanism (each
+      client's release is still what the accountant charges), and a round draws
+      d random numbers instead of K d: the draw dominates a round of a small model
+      on a CPU. Individual noisy uploads are then never materialised, and the
+      random stream differs from per-client sampling.
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
   aggregation: str = "normalized"
   client_chunk: int = 0
+  aggregate_upload_noise: bool = False
 
   def __post_init__(self):
     if self.aggregation not in AGGREGATIONS:
@@ -117,6 +128,11 @@ class RoundConfig:
     if self.client_chunk < 0:
       raise ValueError(f"server.client_chunk must be >= 0 (0 = all clients at once) once "
                        f"resolved, got {self.client_chunk}")
+    if self.aggregate_upload_noise and (self.client.noise_placement != "upload"
+                                        or self.client.mechanism != "gaussian"):
+      raise ValueError("privacy.noise_sampling='aggregate' needs Gaussian upload noise "
+                       "(a sum of Laplace draws is not Laplace); got placement "
+                       f"{self.client.noise_placement!r}, mechanism {self.client.mechanism!r}")
 
 
 def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array) -> jax.Array:
@@ -225,6 +241,11 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   else:
     agg_denom = _dataset_total(data, cohort.data_id)
 
+  # Aggregated upload noise: the clients upload noiseless models and the server
+  # adds the noise of their weighted sum (RoundConfig.aggregate_upload_noise).
+  client_cfg = (dataclasses.replace(cfg.client, noise_placement="none")
+                if cfg.aggregate_upload_noise else cfg.client)
+
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
     d = gather_block(idx)
@@ -237,7 +258,7 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
           lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
           clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
       update = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))
-      out = update(model, cfg.client, p, d.x, d.y, d.mask, keys, hp)
+      out = update(model, client_cfg, p, d.x, d.y, d.mask, keys, hp)
       agg = jax.tree_util.tree_map(lambda w: jnp.tensordot(c / agg_denom, w, axes=1),
                                    out.params)
       return agg, jnp.sum(c / selected_denom * out.loss), jnp.sum(c / selected_denom
@@ -274,6 +295,12 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
     if cfg.client.noise_placement == "central":
       agg = mechanisms.add_noise(server_key(a.seed, a.round), agg, a.central_noise,
                                  cfg.client.mechanism)
+    if cfg.aggregate_upload_noise:
+      w = gather(data.counts, cohort.idx).astype(jnp.float32) * cohort.sel_mask / agg_denom
+      std = jnp.sqrt(jnp.sum(jnp.square(w * a.noise)))
+      agg = mechanisms.add_noise(
+          jax.random.fold_in(server_key(a.seed, a.round), AGGREGATE_NOISE_TAG), agg, std,
+          "gaussian")
     new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
     update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
                     zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(p)))

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import time
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -104,7 +105,8 @@ def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
       clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
       chunk_size=cfg.client.chunk_size)
-  return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk)
+  return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
+                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate")
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:
@@ -299,6 +301,17 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
   """
   from tqdm.auto import tqdm
 
+  from fedjax_dp import optimal_t
+
+  if optimal_t.is_optimal_t(cfg):
+    config_lib.validate(cfg)
+    grid = optimal_t.t_grid(cfg)
+    bar = tqdm(total=sum(grid), disable=not cfg.progress, desc=f"{cfg.name} (optimal T)",
+               unit="round")
+    try:
+      return optimal_t.run(cfg, out_dir, bar=bar)
+    finally:
+      bar.close()
   setup = setup or build(cfg)
   bar = tqdm(total=int(cfg.rounds), disable=not cfg.progress, desc=cfg.name, unit="round")
   try:
@@ -306,6 +319,41 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
   finally:
     bar.close()
   return result
+
+
+def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None], *,
+                bar=None, devices: Sequence[jax.Device] | None = None,
+                cache: dict | None = None) -> list[RunResult]:
+  """Runs many configs: builds each, groups those that share a compiled round
+  (:func:`group_key`) and runs every group as one vmapped program
+  (:func:`run_group`).
+
+  Args:
+    cfgs: the runs' configs (plain schedules; ``optimal_t`` is expanded by callers).
+    out_dirs: one run directory (or None) per config.
+    bar: a tqdm bar advanced by one per run-round.
+    devices: devices to lay each group over (default: all).
+    cache: shared :func:`build` cache (datasets, partitions).
+
+  Returns:
+    One :class:`RunResult` per config, in order.
+  """
+  cache = {} if cache is None else cache
+  setups = [build(c, cache=cache) for c in cfgs]
+  groups: dict[tuple, list[int]] = {}
+  for i, s in enumerate(setups):
+    # Runs that evaluate every round (CRD) go apart: a group evaluates all of its
+    # lanes whenever one of them asks.
+    groups.setdefault((group_key(s), int(cfgs[i].eval.every)), []).append(i)
+  out: dict[int, RunResult] = {}
+  for members in groups.values():
+    if bar is not None:
+      bar.set_description(f"{cfgs[members[0]].name.split('/')[0]} ({len(members)} runs)")
+    res = run_group([cfgs[i] for i in members], [setups[i] for i in members],
+                    [None if out_dirs[i] is None else str(out_dirs[i]) for i in members],
+                    bar=bar, devices=devices)
+    out.update(zip(members, res))
+  return [out[i] for i in range(len(cfgs))]
 
 
 def same_program(a: Setup, b: Setup) -> bool:
@@ -345,20 +393,49 @@ def cohort_key(cfg) -> str:
                      float(cfg.server.q)])
 
 
-def lane_layout(keys: Sequence[Any], max_padding: float = 0.5) -> list[list[int | None]]:
-  """Arranges runs as ``[G][L]``: G cohorts (runs with equal ``keys``) of L lanes.
+def _lpt(rounds: Sequence[int], runs: Sequence[int], lanes: int) -> list[list[int]]:
+  """Longest-processing-time-first: ``runs`` into ``lanes`` queues of balanced rounds."""
+  queues: list[list[int]] = [[] for _ in range(lanes)]
+  load = [0] * lanes
+  for i in sorted(runs, key=lambda i: -rounds[i]):
+    j = load.index(min(load))
+    queues[j].append(i)
+    load[j] += rounds[i]
+  return queues
 
-  Cohorts shorter than L are padded with ``None`` lanes (idle, frozen). When that
-  would waste more than ``max_padding`` of the lanes, every run becomes its own
-  cohort (L = 1).
+
+def lane_layout(keys: Sequence[Any], rounds: Sequence[int] | None = None
+                ) -> list[list[list[int]]]:
+  """Arranges runs as ``[G][L]`` lanes, each a queue of runs run one after another.
+
+  Runs with equal ``keys`` select the same clients (a cohort) and share a row, so
+  their clients' data is read once per round for the whole row. A lane whose run
+  finishes starts the next run of its queue with the same compiled program, so
+  runs of different T need not all last as long as the longest: the number of
+  lanes L is chosen to minimise the lane-rounds computed, ``G (L + 1/2) makespan``
+  (the 1/2 stands for a round's fixed cost), over one lane per run of the largest
+  cohort down to one lane per cohort, and against every run in its own row.
+
+  Args:
+    keys: a cohort key per run.
+    rounds: each run's planned number of rounds (default: all equal).
+
+  Returns:
+    ``layout[g][lane]``: the queue of run indices of that lane (possibly empty).
   """
+  n = len(keys)
+  rounds = [1] * n if rounds is None else [max(int(r), 1) for r in rounds]
   cohorts: dict[Any, list[int]] = {}
   for i, key in enumerate(keys):
     cohorts.setdefault(key, []).append(i)
-  lanes = max(len(v) for v in cohorts.values())
-  if len(cohorts) * lanes > (1 + max_padding) * len(keys):
-    return [[i] for i in range(len(keys))]
-  return [v + [None] * (lanes - len(v)) for v in cohorts.values()]
+  best = ([[[i]] for i in range(n)], n * 1.5 * max(rounds))  # every run its own row
+  for lanes in range(max(len(v) for v in cohorts.values()), 0, -1):
+    layout = [_lpt(rounds, runs, lanes) for runs in cohorts.values()]
+    makespan = max(sum(rounds[i] for i in q) for row in layout for q in row)
+    cost = len(layout) * (lanes + 0.5) * makespan
+    if cost < best[1]:
+      best = (layout, cost)
+  return best[0]
 
 
 def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
@@ -368,7 +445,10 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
 
   Runs that select the same clients (same partition, seed and sampler) form a
   cohort that reads the clients' data once for all its runs; cohorts form the
-  leading axis, laid out over ``devices`` (:mod:`fedjax_dp.sharding`).
+  leading axis, laid out over ``devices`` (:mod:`fedjax_dp.sharding`). Each lane
+  holds a queue of runs (:func:`lane_layout`): when its run stops, the next one
+  starts in the same lane of the same compiled round, so a sweep over T costs about
+  the sum of its T's, not (number of runs) x (largest T).
 
   Args:
     cfgs: the runs' configs.
@@ -406,7 +486,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   data = datasets[0] if len(datasets) == 1 else jax.tree_util.tree_map(
       lambda *a: jnp.stack(a), *datasets)
 
-  layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)])
+  layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)],
+                       [int(c.rounds) for c in cfgs])
   num_cohorts, num_lanes = len(layout), len(layout[0])
   mesh = sharding.make_mesh(num_cohorts, devices)
   n_sweep, n_clients = mesh.shape[sharding.SWEEP], mesh.shape[sharding.CLIENTS]
@@ -433,70 +514,108 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
     args_sharding = engine.round_args_sharding(mesh)
     data, x_test, y_test = sharding.put((data, first.x_test, first.y_test), rep)
 
-  def lanes_of(values, fill):
-    """Per-run values -> ``[G][L]`` nested list (``fill`` for padding lanes)."""
-    return [[fill if i is None else values[i] for i in row] for row in layout]
-
   def stack2(rows):
     return jax.tree_util.tree_map(lambda *a: np.stack(a).reshape(
         (num_cohorts, num_lanes) + np.shape(a[0])), *[x for row in rows for x in row])
 
   init = _jit_init(model)
-  inits = [jax.device_get(init(jax.random.PRNGKey(c.seed))) for c in cfgs]
-  params = sharding.put(stack2([[inits[row[0] if i is None else i] for i in row]
-                                for row in layout]), pts)
+  inits: dict[int, Any] = {}
+
+  def init_of(i):
+    seed = int(cfgs[i].seed)
+    if seed not in inits:
+      inits[seed] = jax.device_get(init(jax.random.PRNGKey(seed)))
+    return inits[seed]
+
+  # Each lane runs its queue's runs one after another; ``current[g][lane]`` is the
+  # run it holds now (None once its queue is empty).
+  queues = [[list(q) for q in row] for row in layout]
+  current = [[q.pop(0) if q else None for q in row] for row in queues]
+  params = sharding.put(stack2([[init_of(i if i is not None else next(
+      j for j in row if j is not None)) for i in row] for row in current]), pts)
 
   loops = [RunLoop(c, s, d) for c, s, d in zip(cfgs, setups, out_dirs)]
   horizons = [loop.horizon for loop in loops]
+  started = {i: time.time() for row in current for i in row if i is not None}
+  finished: dict[int, RunResult] = {}
   template = None
-  start = time.time()
+
+  def lane_params(g, lane):
+    host = params if jax.process_count() == 1 else sharding.to_host(params)
+    return jax.device_get(jax.tree_util.tree_map(lambda a: a[g, lane], host))
+
   while True:
-    planned = [loop.plan_round() for loop in loops]
+    planned: dict[tuple[int, int], tuple[int, engine.RoundArgs]] = {}
+    for g, row in enumerate(current):
+      for lane in range(num_lanes):
+        while row[lane] is not None:
+          i = row[lane]
+          a = loops[i].plan_round()
+          if a is not None:
+            planned[g, lane] = (i, _pad_clients(a._replace(data_id=np.int32(data_ids[i])),
+                                                k_slots))
+            break
+          # Run i is over: keep its model, then the lane starts its queue's next run.
+          finished[i] = loops[i].finish(time.time() - started[i], lane_params(g, lane),
+                                       group_size=num)
+          row[lane] = queues[g][lane].pop(0) if queues[g][lane] else None
+          if row[lane] is not None:
+            started[row[lane]] = time.time()
+            params = jax.tree_util.tree_map(lambda p, v, g=g, lane=lane: p.at[g, lane].set(v),
+                                            params, init_of(row[lane]))
+            params = params if trivial else sharding.put(params, pts)
     if bar is not None and [loop.horizon for loop in loops] != horizons:
       bar.total += sum(loop.horizon for loop in loops) - sum(horizons)
       horizons = [loop.horizon for loop in loops]
       bar.refresh()
-    if all(a is None for a in planned):
+    if not planned:
       break
-    planned = [None if a is None else _pad_clients(a._replace(data_id=np.int32(d)), k_slots)
-               for a, d in zip(planned, data_ids)]
     if template is None:
-      # Finished runs' lanes compute on zeros (client 0, no weight) and are frozen.
-      template = jax.tree_util.tree_map(np.zeros_like, next(a for a in planned if a))
-    rows = []
-    for row in layout:
-      # A cohort's lanes share its clients: idle lanes copy an active lane's inputs.
-      ref = next((planned[i] for i in row if i is not None and planned[i]), template)
-      rows.append([ref if i is None or planned[i] is None else planned[i] for i in row])
-    active = np.array(lanes_of([a is not None for a in planned], False))
-    params, metrics = round_fn(params, data, sharding.put(stack2(rows), args_sharding),
-                               sharding.put(active, pts))
+      # Idle lanes compute on zeros (client 0, no weight) and are frozen.
+      template = jax.tree_util.tree_map(np.zeros_like, next(iter(planned.values()))[1])
+    # The round reads a row's clients, seed and round index from ONE lane (a cohort
+    # shares them), so lanes at different round indices -- a queue's next run starts
+    # at round 0 while its row-mates go on -- run in separate calls ("phases"), each
+    # with only its lanes active (the others stay frozen).
+    phases = []
+    for g in range(num_cohorts):
+      by_key: dict[tuple, list[int]] = {}
+      for lane in range(num_lanes):
+        if (g, lane) in planned:
+          a = planned[g, lane][1]
+          by_key.setdefault((int(a.round), int(a.seed), int(a.data_id)), []).append(lane)
+      phases.append(list(by_key.values()))
+    metrics = {}
+    for c in range(max(len(p) for p in phases)):
+      rows, active = [], np.zeros((num_cohorts, num_lanes), bool)
+      ons = [phases[g][c] if c < len(phases[g]) else [] for g in range(num_cohorts)]
+      for g, on in enumerate(ons):
+        active[g, on] = True
+        # A cohort's lanes share its clients: idle lanes copy an active lane's inputs.
+        ref = planned[g, on[0]][1] if on else template
+        rows.append([planned[g, lane][1] if lane in on else ref for lane in range(num_lanes)])
+      params, m = round_fn(params, data, sharding.put(stack2(rows), args_sharding),
+                           sharding.put(active, pts))
+      m = jax.device_get(m)._asdict()
+      for g, on in enumerate(ons):
+        for lane in on:
+          metrics[g, lane] = {k: v[g, lane] for k, v in m.items()}
     test = None
-    if any(loop.wants_eval for loop in loops):
+    if any(loops[i].wants_eval for i, _ in planned.values()):
       test = np.stack(jax.device_get(eval_fn(params, x_test, y_test)), axis=-1)  # [G, L, 2]
-    metrics = jax.device_get(metrics)
-    wall = time.time() - start
-    for g, row in enumerate(layout):
-      for lane, i in enumerate(row):
-        if i is None or planned[i] is None:
-          continue
-        loop = loops[i]
-        loop.record({k: v[g, lane] for k, v in metrics._asdict().items()},
-                    None if test is None else test[g, lane], wall)
-        if loop.status == "diverged" and bar is not None:
-          bar.write(f"[{loop.cfg.name}] loss became non-finite at round "
-                    f"{loop.diverged_round}: stopping (diverged)")
+    now = time.time()
+    for (g, lane), (i, _) in planned.items():
+      loop = loops[i]
+      loop.record(metrics[g, lane],
+                  None if test is None else test[g, lane], now - started[i])
+      if loop.status == "diverged" and bar is not None:
+        bar.write(f"[{loop.cfg.name}] loss became non-finite at round "
+                  f"{loop.diverged_round}: stopping (diverged)")
     if bar is not None:
-      bar.update(sum(a is not None for a in planned))
+      bar.update(len(planned))
       if num == 1:
         bar.set_postfix(acc=f"{loops[0].test[1]:.3f}",
                         eps=f"{loops[0].rows[-1]['epsilon_certified']:.2f}")
       else:
-        bar.set_postfix(running=int(sum(loop.running for loop in loops)))
-  wall = time.time() - start
-  host_params = params if jax.process_count() == 1 else sharding.to_host(params)
-  where = {i: (g, lane) for g, row in enumerate(layout) for lane, i in enumerate(row)
-           if i is not None}
-  return [loop.finish(wall, jax.tree_util.tree_map(lambda a: a[where[i]], host_params),
-                      group_size=num)
-          for i, loop in enumerate(loops)]
+        bar.set_postfix(running=len(planned))
+  return [finished[i] for i in range(num)]

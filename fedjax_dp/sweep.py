@@ -47,7 +47,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import jax
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, results, sharding
+from fedjax_dp import experiment, optimal_t, results, sharding
 
 SWEEP_COLUMNS = tuple(c for c in experiment.METRIC_COLUMNS if c != "wall_s")
 
@@ -184,20 +184,26 @@ def _sweep_rows(point: Point, rows: Sequence[Mapping[str, Any]]) -> list[dict[st
                **{c: _coerce(r.get(c)) for c in SWEEP_COLUMNS}) for r in rows]
 
 
-def _finished(point: Point, point_dir: Path) -> bool:
-  """Whether ``point_dir`` holds this point's finished run (its summary.json).
+def _finished(cfg, point_dir: Path) -> bool:
+  """Whether ``point_dir`` holds the finished run of ``cfg`` (its summary.json).
 
   Raises:
     ValueError: the directory holds a run of a different config.
   """
   if not (point_dir / "summary.json").exists():
     return False
-  want = json.loads(json.dumps(results._jsonable(point.config.to_dict()), sort_keys=True))
+  want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
   if have != want:
     raise ValueError(f"{point_dir} holds a finished run of a different config; use a new "
                      "--out directory (or delete it) to run this sweep")
   return True
+
+
+def _load_result(run_dir: Path) -> experiment.RunResult:
+  """A finished run directory read back (rows as CSV text, no parameters)."""
+  return experiment.RunResult(results.read_csv(run_dir / "metrics.csv"),
+                              json.loads((run_dir / "summary.json").read_text()), None)
 
 
 def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
@@ -225,38 +231,51 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   progress = bool(cfg.progress) if progress is None else progress
   out = Path(out_dir) if out_dir else None
   point_dirs = [out / "points" / p.name if out else None for p in points]
-  done = [bool(out) and _finished(p, d) for p, d in zip(points, point_dirs)]
+  done = [bool(out) and _finished(p.config, d) for p, d in zip(points, point_dirs)]
   if out and sharding.is_primary():
     results.write_json(out / "sweep.json", dict(
         config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
         points=[dict(name=p.name, values=p.values) for p in points]))
 
-  # Build every pending point (host partitions, privacy plans; one device copy per
-  # dataset), then group the points that can share one compiled round.
-  cache: dict = {}
-  pending = [p for p, d in zip(points, done) if not d]
-  setups = {}
-  for p in pending:
-    setups[p.index] = experiment.build(p.config, cache=cache)
-  groups: dict[tuple, list[Point]] = {}
-  for p in pending:
-    groups.setdefault(experiment.group_key(setups[p.index]), []).append(p)
+  # Every pending run: plain points, and each optimal_t point's candidates (one
+  # constant-schedule run per T; finished candidates of an interrupted sweep are
+  # read back). All of them are built, grouped by compiled program and run batched.
+  jobs: list[tuple[tuple[int, int | None], Any, Path | None]] = []
+  for p, d in zip(points, point_dirs):
+    if done[p.index]:
+      continue
+    if optimal_t.is_optimal_t(p.config):
+      for t, c in optimal_t.candidates(p.config):
+        cdir = optimal_t.candidate_dir(d, t)
+        if not (cdir and _finished(c, cdir)):
+          jobs.append(((p.index, t), c, cdir))
+    else:
+      jobs.append(((p.index, None), p.config, d))
 
-  fresh: dict[int, list[dict[str, Any]]] = {}
-  bar = tqdm(total=sum(int(p.config.rounds) for p in pending), disable=not progress,
+  bar = tqdm(total=sum(int(c.rounds) for _, c, _ in jobs), disable=not progress,
              desc=f"sweep {cfg.name}", unit="round")
   start = time.time()
   try:
-    for members in groups.values():
-      bar.set_description(f"sweep {cfg.name} ({len(members)} points)")
-      res = experiment.run_group(
-          [p.config for p in members], [setups[p.index] for p in members],
-          [str(point_dirs[p.index]) if out else None for p in members],
-          bar=bar, devices=devices)
-      for p, r in zip(members, res):
-        fresh[p.index] = r.rows
+    res = experiment.run_batched([c for _, c, _ in jobs], [d for _, _, d in jobs], bar=bar,
+                                 devices=devices)
   finally:
     bar.close()
+  ran = dict(zip([key for key, _, _ in jobs], res))
+
+  fresh: dict[int, list[dict[str, Any]]] = {}
+  for p, d in zip(points, point_dirs):
+    if done[p.index]:
+      continue
+    if optimal_t.is_optimal_t(p.config):
+      cands = []
+      for t, c in optimal_t.candidates(p.config):
+        r = ran.get((p.index, t)) or _load_result(optimal_t.candidate_dir(d, t))
+        cands.append((t, r))
+      fresh[p.index] = optimal_t.select(
+          p.config, cands, d if out and sharding.is_primary() else None).rows
+    else:
+      fresh[p.index] = ran[(p.index, None)].rows
+  pending = [p for p in points if not done[p.index]]
 
   rows: list[dict[str, Any]] = []
   for p, d in zip(points, point_dirs):
@@ -272,6 +291,5 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
         config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
         points=[dict(name=p.name, values=p.values) for p in points],
         last_invocation=dict(ran=len(pending), skipped=len(points) - len(pending),
-                             groups=[[p.name for p in g] for g in groups.values()],
                              wall_seconds=round(time.time() - start, 3))))
   return rows
