@@ -393,35 +393,28 @@ def cohort_key(cfg) -> str:
                      float(cfg.server.q)])
 
 
-def _lpt(rounds: Sequence[int], runs: Sequence[int], lanes: int) -> list[list[int]]:
-  """Longest-processing-time-first: ``runs`` into ``lanes`` queues of balanced rounds."""
-  queues: list[list[int]] = [[] for _ in range(lanes)]
-  load = [0] * lanes
-  for i in sorted(runs, key=lambda i: -rounds[i]):
-    j = load.index(min(load))
-    queues[j].append(i)
-    load[j] += rounds[i]
-  return queues
-
-
 def lane_layout(keys: Sequence[Any], rounds: Sequence[int] | None = None
-                ) -> list[list[list[int]]]:
+                ) -> list[list[list[int | None]]]:
   """Arranges runs as ``[G][L]`` lanes, each a queue of runs run one after another.
 
   Runs with equal ``keys`` select the same clients (a cohort) and share a row, so
-  their clients' data is read once per round for the whole row. A lane whose run
-  finishes starts the next run of its queue with the same compiled program, so
-  runs of different T need not all last as long as the longest: the number of
-  lanes L is chosen to minimise the lane-rounds computed, ``G (L + 1/2) makespan``
-  (the 1/2 stands for a round's fixed cost), over one lane per run of the largest
-  cohort down to one lane per cohort, and against every run in its own row.
+  their clients' data is read once per round for the whole row. A row runs its
+  cohort in waves of L runs that start together (so its lanes stay at the same
+  round index, which the shared cohort needs); the next wave starts when the
+  row's longest run of the wave stops, in the same compiled program. Runs are
+  sorted by T, longest first, so a wave holds runs of similar T and a sweep over T
+  costs about the sum of its T's instead of (number of runs) x (largest T). L is
+  chosen to minimise the lane-rounds computed, ``G (L + 1/2) makespan`` (the 1/2
+  stands for a round's fixed cost), over one lane per run of the largest cohort
+  down to one lane, and against every run in its own row.
 
   Args:
     keys: a cohort key per run.
     rounds: each run's planned number of rounds (default: all equal).
 
   Returns:
-    ``layout[g][lane]``: the queue of run indices of that lane (possibly empty).
+    ``layout[g][lane]``: the queue of that lane, one entry per wave of row ``g``
+    (a run index, or None where the wave leaves the lane idle).
   """
   n = len(keys)
   rounds = [1] * n if rounds is None else [max(int(r), 1) for r in rounds]
@@ -430,8 +423,12 @@ def lane_layout(keys: Sequence[Any], rounds: Sequence[int] | None = None
     cohorts.setdefault(key, []).append(i)
   best = ([[[i]] for i in range(n)], n * 1.5 * max(rounds))  # every run its own row
   for lanes in range(max(len(v) for v in cohorts.values()), 0, -1):
-    layout = [_lpt(rounds, runs, lanes) for runs in cohorts.values()]
-    makespan = max(sum(rounds[i] for i in q) for row in layout for q in row)
+    layout, makespan = [], 0
+    for runs in cohorts.values():
+      runs = sorted(runs, key=lambda i: -rounds[i])
+      waves = [runs[w:w + lanes] for w in range(0, len(runs), lanes)]
+      makespan = max(makespan, sum(rounds[w[0]] for w in waves))
+      layout.append([[w[j] if j < len(w) else None for w in waves] for j in range(lanes)])
     cost = len(layout) * (lanes + 0.5) * makespan
     if cost < best[1]:
       best = (layout, cost)
@@ -527,10 +524,10 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       inits[seed] = jax.device_get(init(jax.random.PRNGKey(seed)))
     return inits[seed]
 
-  # Each lane runs its queue's runs one after another; ``current[g][lane]`` is the
-  # run it holds now (None once its queue is empty).
+  # Each row runs its waves one after another; ``current[g][lane]`` is the run the
+  # lane holds in the row's current wave (None: idle in this wave).
   queues = [[list(q) for q in row] for row in layout]
-  current = [[q.pop(0) if q else None for q in row] for row in queues]
+  current = [[q.pop(0) for q in row] for row in queues]
   params = sharding.put(stack2([[init_of(i if i is not None else next(
       j for j in row if j is not None)) for i in row] for row in current]), pts)
 
@@ -547,23 +544,30 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   while True:
     planned: dict[tuple[int, int], tuple[int, engine.RoundArgs]] = {}
     for g, row in enumerate(current):
-      for lane in range(num_lanes):
-        while row[lane] is not None:
+      while True:
+        for lane in range(num_lanes):
           i = row[lane]
+          if i is None:
+            continue
           a = loops[i].plan_round()
           if a is not None:
             planned[g, lane] = (i, _pad_clients(a._replace(data_id=np.int32(data_ids[i])),
                                                 k_slots))
-            break
-          # Run i is over: keep its model, then the lane starts its queue's next run.
+            continue
+          # Run i is over: keep its model; its lane idles until the wave ends.
           finished[i] = loops[i].finish(time.time() - started[i], lane_params(g, lane),
                                        group_size=num)
-          row[lane] = queues[g][lane].pop(0) if queues[g][lane] else None
-          if row[lane] is not None:
-            started[row[lane]] = time.time()
+          row[lane] = None
+        if any(lane_run is not None for lane_run in row) or not queues[g][0]:
+          break
+        # The wave is over: the row starts its next wave (fresh models).
+        row[:] = [q.pop(0) for q in queues[g]]
+        for lane, i in enumerate(row):
+          if i is not None:
+            started[i] = time.time()
             params = jax.tree_util.tree_map(lambda p, v, g=g, lane=lane: p.at[g, lane].set(v),
-                                            params, init_of(row[lane]))
-            params = params if trivial else sharding.put(params, pts)
+                                            params, init_of(i))
+        params = params if trivial else sharding.put(params, pts)
     if bar is not None and [loop.horizon for loop in loops] != horizons:
       bar.total += sum(loop.horizon for loop in loops) - sum(horizons)
       horizons = [loop.horizon for loop in loops]
@@ -574,9 +578,9 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       # Idle lanes compute on zeros (client 0, no weight) and are frozen.
       template = jax.tree_util.tree_map(np.zeros_like, next(iter(planned.values()))[1])
     # The round reads a row's clients, seed and round index from ONE lane (a cohort
-    # shares them), so lanes at different round indices -- a queue's next run starts
-    # at round 0 while its row-mates go on -- run in separate calls ("phases"), each
-    # with only its lanes active (the others stay frozen).
+    # shares them). Waves keep a row's active lanes at the same round index; as a
+    # guard, lanes that ever differ in (round, seed, data) run in separate calls
+    # ("phases"), each with only its lanes active (the others stay frozen).
     phases = []
     for g in range(num_cohorts):
       by_key: dict[tuple, list[int]] = {}

@@ -1,0 +1,125 @@
+"""Shared settings and helpers of the Wei et al. (TMC 2021) reproduction scripts.
+
+Two regimes of the MNIST MLP setting (U = 50, MLP 784-256-10, one full-batch step
+per round, per-example clipping C = 1, eta = 0.5, delta = 1e-3, eq. (10) noise):
+
+* ``paper``: |D_i| = 800 as in the paper. Eq. (10)'s sigma is proportional to
+  Delta_l = 2 eta C / |D_i| = 1.25e-3, and after averaging 50 uploads the noise
+  barely hurts at any epsilon in 4..20 (REPRODUCTION.md, "Where the noise matters").
+* ``noise``: |D_i| = 100. Delta_l is 8x larger, so the same epsilon means 8x more
+  noise; this is where the paper's phenomena (U-shaped loss in T, CRD helping)
+  appear. Everything else is unchanged.
+
+All runs use ``privacy.noise_sampling = 'aggregate'`` (the server draws the
+Gaussian noise of the weighted sum of the K uploads at once: the same distribution
+of the model, K times fewer random numbers; ``engine.RoundConfig``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedjax_dp import config as config_lib  # noqa: E402
+from fedjax_dp import sweep  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNS = ROOT / "runs" / "wei2021"
+MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
+EPSILONS = (4.0, 8.0, 12.0, 16.0, 20.0)
+T_GRID = (10, 25, 50, 100, 150, 200, 300)
+SAMPLES = {"paper": 800, "noise": 100}
+METHODS = ("constant", "crd", "linear_decay", "optimal_t")
+LABELS = {"constant": "original UDP (T=200)", "crd": "UDP with CRD",
+          "linear_decay": "Lei's approach (linear decay)", "optimal_t": "optimal UDP (T search)"}
+
+
+def mlp_config(regime: str = "noise", q: float = 1.0, rounds: int = 200):
+  """The MNIST MLP setting of Figs. 5-10, 12-15 (see the module docstring)."""
+  cfg = config_lib.load_config(ROOT / "experiments" / "configs" / "wei_mnist_mlp.py")
+  cfg.data.dir = MNIST_DIR
+  cfg.data.samples_per_client = SAMPLES[regime]
+  cfg.server.clients_per_round = int(round(50 * q))
+  cfg.rounds = rounds
+  cfg.privacy.noise_sampling = "aggregate"
+  cfg.schedule.t_grid = T_GRID
+  cfg.eval.every = 10
+  cfg.progress = True
+  return cfg
+
+
+def method_sets(method: str) -> list[str]:
+  """Overrides that make a method run: CRD watches the test loss every round."""
+  return ["eval.every=1"] if method == "crd" else []
+
+
+def run_methods(cfg, methods, grid, out_dir) -> pd.DataFrame:
+  """Runs ``methods`` x ``grid`` as one sweep per evaluation cadence; all rows."""
+  frames = []
+  for every, group in (("1", [m for m in methods if m == "crd"]),
+                       ("10", [m for m in methods if m != "crd"])):
+    if not group:
+      continue
+    g = {"schedule.name": list(group), **grid}
+    rows = sweep.run_sweep(cfg, g, str(Path(out_dir) / f"eval{every}"),
+                           sets=[f"eval.every={every}"])
+    frames.append(pd.DataFrame(rows))
+  return pd.concat(frames, ignore_index=True)
+
+
+def final_rows(df: pd.DataFrame) -> pd.DataFrame:
+  """The last evaluated row of every point (its final test loss and accuracy)."""
+  ev = df[df["test_loss"].notna()]
+  return ev.groupby("point", sort=False).tail(1).reset_index(drop=True)
+
+
+def optimal_t_tables(sweep_dir: Path) -> pd.DataFrame:
+  """Every optimal_t point's candidate table (loss vs T) with the point's values."""
+  meta = json.loads((sweep_dir / "sweep.json").read_text())
+  frames = []
+  for p in meta["points"]:
+    path = sweep_dir / "points" / p["name"] / "optimal_t.csv"
+    if path.exists():
+      t = pd.read_csv(path)
+      for k, v in p["values"].items():
+        t[k] = v
+      frames.append(t)
+  return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def write(df: pd.DataFrame, name: str) -> Path:
+  RESULTS.mkdir(parents=True, exist_ok=True)
+  path = RESULTS / f"{name}.csv"
+  df.to_csv(path, index=False, float_format="%.6g")
+  return path
+
+
+def save_meta(name: str, start: float, **extra) -> None:
+  """Records the wall time and machine of a figure's run."""
+  import jax
+  RESULTS.mkdir(parents=True, exist_ok=True)
+  meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
+              cpu_count=os.cpu_count(), command=" ".join(["python"] + sys.argv), **extra)
+  (RESULTS / f"{name}_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+  print(f"{name}: {meta['wall_seconds']} s")
+
+
+def mean_std(df: pd.DataFrame, by, cols) -> pd.DataFrame:
+  """Mean, std and count of ``cols`` per ``by`` group (over seeds)."""
+  agg = df.groupby(by)[list(cols)].agg(["mean", "std", "count"])
+  agg.columns = [f"{c}_{s}" for c, s in agg.columns]
+  return agg.reset_index()
+
+
+def errorbar_plot(ax, table, x, y, label, **kw):
+  ax.errorbar(table[x], table[f"{y}_mean"], yerr=np.nan_to_num(table[f"{y}_std"]),
+              marker="o", capsize=3, label=label, **kw)
