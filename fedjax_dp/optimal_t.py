@@ -60,7 +60,7 @@ def candidates(cfg) -> list[tuple[int, Any]]:
   """``[(T, config)]``: the constant-schedule run of ``cfg`` for every T of the grid."""
   out = []
   for t in t_grid(cfg):
-    c = config_lib.override(cfg, [f"schedule.name=constant", f"rounds={t}"])
+    c = config_lib.override(cfg, ["schedule.name=constant", f"rounds={t}"])
     c.name = f"{cfg.name}/T={t}"
     out.append((t, c))
   return out

@@ -28,3 +28,22 @@ def small_config(defaults: dict, **sets):
   base.update(sets)
   return config_lib.override(config_lib.load_config(QUICKSTART),
                              [f"{k}={v}" for k, v in base.items()])
+
+
+# Metric columns compared between runs that must agree (sweep vs single run, ...).
+FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
+                 "noise_mean", "epsilon_claimed", "epsilon_certified")
+
+
+def assert_rows_close(got, want, columns=FLOAT_COLUMNS):
+  """Two runs' metric rows agree: same rounds and cohort sizes, floats within 2e-5."""
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert int(g["round"]) == int(w["round"])
+    assert int(g["num_selected"]) == int(w["num_selected"])
+    for c in columns:
+      a, b = g[c], w[c]
+      if a in ("", None) or b in ("", None):
+        assert a in ("", None) and b in ("", None), c
+      else:
+        np.testing.assert_allclose(float(a), float(b), rtol=2e-5, atol=1e-6, err_msg=c)

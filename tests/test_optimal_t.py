@@ -9,10 +9,8 @@ import pytest
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, optimal_t, sweep
 
-from _helpers import small_config
+from _helpers import assert_rows_close, small_config
 
-FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
-                 "noise_mean", "epsilon_claimed", "epsilon_certified")
 T_GRID = (2, 4, 6)
 
 
@@ -29,18 +27,6 @@ def _optimal(**sets):
                   "schedule.t_grid": ",".join(map(str, T_GRID)), **sets})
 
 
-def _assert_rows_close(got, want):
-  assert len(got) == len(want)
-  for g, w in zip(got, want):
-    assert int(g["round"]) == int(w["round"])
-    assert int(g["num_selected"]) == int(w["num_selected"])
-    for c in FLOAT_COLUMNS:
-      a, b = g[c], w[c]
-      if a in ("", None) or b in ("", None):
-        assert a in ("", None) and b in ("", None), c
-      else:
-        np.testing.assert_allclose(float(a), float(b), rtol=2e-5, atol=1e-6, err_msg=c)
-
 
 # ----------------------------------------------------------------------------- selection
 
@@ -56,7 +42,7 @@ def test_optimal_t_keeps_the_lowest_final_loss_and_equals_the_constant_run(tmp_p
   assert s["best_rounds"] == best
   assert s["schedule"] == "optimal_t" and s["t_grid"] == list(T_GRID)
   # The chosen run is the plain constant-schedule run of T = best (same seed).
-  _assert_rows_close(res.rows, singles[best].rows)
+  assert_rows_close(res.rows, singles[best].rows)
   want = singles[best].summary
   assert s["rounds_run"] == want["rounds_run"] == best
   for k in ("final_test_loss", "final_test_accuracy", "epsilon_claimed",
@@ -120,9 +106,9 @@ def test_sweep_with_optimal_t_points_and_resume(tmp_path):
   # constant point (T = 4) equals its single run.
   df = pd.DataFrame(rows)
   assert df[df.point == opt_name]["round"].max() == best
-  _assert_rows_close([r for r in rows if r["point"] == const_name],
+  assert_rows_close([r for r in rows if r["point"] == const_name],
                      experiment.run(points[const_name].config).rows)
-  _assert_rows_close([r for r in rows if r["point"] == opt_name],
+  assert_rows_close([r for r in rows if r["point"] == opt_name],
                      experiment.run(config_lib.override(
                          points[opt_name].config,
                          ["schedule.name=constant", f"rounds={best}"])).rows)
@@ -277,8 +263,8 @@ def test_queued_runs_in_one_lane_equal_single_runs():
   res = experiment.run_batched([p.config for p in points], [None] * len(points))
   for p, r in zip(points, res):
     assert len(r.rows) == p.config.rounds
-    _assert_rows_close(r.rows, experiment.run(p.config).rows)
+    assert_rows_close(r.rows, experiment.run(p.config).rows)
   rows = sweep.run_sweep(cfg, grid)
   for p in sweep.expand(cfg, grid):
-    _assert_rows_close([r for r in rows if r["point"] == p.name],
+    assert_rows_close([r for r in rows if r["point"] == p.name],
                        experiment.run(p.config).rows)

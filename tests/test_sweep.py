@@ -6,19 +6,16 @@ import shutil
 from pathlib import Path
 
 import jax
-import numpy as np
 import pandas as pd
 import pytest
 
 from fedjax_dp import cli, engine, experiment, sweep
 from fedjax_dp import config as config_lib
 
-from _helpers import small_config
+from _helpers import assert_rows_close, small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
-FLOAT_COLUMNS = ("test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
-                 "noise_mean", "epsilon_claimed", "epsilon_certified")
 
 
 def _base(**sets):
@@ -26,17 +23,6 @@ def _base(**sets):
                        "data.samples_per_client": "24", "server.clients_per_round": "3",
                        "model.name": "logistic", "progress": "false"}, **sets)
 
-
-def _assert_rows_close(got, want):
-  assert len(got) == len(want)
-  for g, w in zip(got, want):
-    assert g["round"] == w["round"] and g["num_selected"] == w["num_selected"]
-    for c in FLOAT_COLUMNS:
-      a, b = g[c], w[c]
-      if a in ("", None) or b in ("", None):
-        assert a in ("", None) and b in ("", None), c
-      else:
-        np.testing.assert_allclose(float(a), float(b), rtol=2e-5, atol=1e-6, err_msg=c)
 
 
 class _CompileCounter:
@@ -71,7 +57,7 @@ def test_sweep_points_equal_single_runs():
   for point in sweep.expand(cfg, grid):
     got = [r for r in rows if r["point"] == point.name]
     want = experiment.run(point.config).rows
-    _assert_rows_close(got, want)
+    assert_rows_close(got, want)
     assert got[-1]["round"] == point.values["rounds"]  # T differs within one program
 
 
@@ -85,7 +71,7 @@ def test_points_of_different_shapes_run_as_separate_groups():
   rows = sweep.run_sweep(cfg, grid)
   for point in points:
     got = [r for r in rows if r["point"] == point.name]
-    _assert_rows_close(got, experiment.run(point.config).rows)
+    assert_rows_close(got, experiment.run(point.config).rows)
 
 
 def test_no_recompile_across_epsilon_lr_seed_and_T():

@@ -32,8 +32,9 @@ import pandas as pd  # noqa: E402
 from fedjax_dp import config as config_lib  # noqa: E402
 from fedjax_dp import sweep  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
-RUNS = ROOT / "runs" / "wei2021"
+# Overridable so that a quick check does not overwrite the committed results.
+RESULTS = Path(os.environ.get("WEI2021_RESULTS", Path(__file__).resolve().parent / "results"))
+RUNS = Path(os.environ.get("WEI2021_RUNS", ROOT / "runs" / "wei2021"))
 MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
 EPSILONS = (4.0, 8.0, 12.0, 16.0, 20.0)
 T_GRID = (10, 25, 50, 100, 150, 200, 300)
@@ -77,9 +78,53 @@ def run_methods(cfg, methods, grid, out_dir) -> pd.DataFrame:
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
-  """The last evaluated row of every point (its final test loss and accuracy)."""
+  """The last evaluated row of every point (its final test loss and accuracy), with
+  ``rounds_used``: the number of rounds the point ran."""
   ev = df[df["test_loss"].notna()]
-  return ev.groupby("point", sort=False).tail(1).reset_index(drop=True)
+  fin = ev.groupby("point", sort=False).tail(1).reset_index(drop=True)
+  fin["rounds_used"] = df.groupby("point", sort=False)["round"].max().reindex(
+      fin["point"]).to_numpy()
+  return fin
+
+
+def final_table(df: pd.DataFrame, by, cols) -> pd.DataFrame:
+  """:func:`mean_std` over seeds of the points' final rows."""
+  return mean_std(final_rows(df), by, cols)
+
+
+def crd_sweep(cfg, grid, name) -> pd.DataFrame:
+  """A CRD-only sweep (evaluation after every round) over ``grid``; all rows."""
+  rows = sweep.run_sweep(cfg, grid, str(RUNS / name),
+                         sets=["schedule.name=crd", "eval.every=1"])
+  return pd.DataFrame(rows)
+
+
+def figure(table, x, panels, group, title, name, xlabel=None, label=None, extra=None):
+  """One errorbar panel per ``(column, ylabel)`` of ``panels``, a line per ``group``
+  value (``label(value)`` its legend); ``extra(axes)`` draws more before the figure
+  is saved as ``results/<name>.png``. Columns with ``_mean``/``_std`` get error bars."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
+  axes = np.atleast_1d(axes)
+  for key, t in table.groupby(group, sort=False):
+    for ax, (col, _) in zip(axes, panels):
+      if f"{col}_mean" in t:
+        errorbar_plot(ax, t, x, col, label(key) if label else f"{group}={key:g}")
+      else:
+        ax.plot(t[x], t[col], "o-", label=label(key) if label else f"{group}={key:g}")
+  for ax, (_, ylabel) in zip(axes, panels):
+    ax.set_xlabel(xlabel or x)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+  if extra is not None:
+    extra(axes)
+  axes[0].legend(fontsize=8)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(RESULTS / f"{name}.png", dpi=110)
+  plt.close(fig)
 
 
 def optimal_t_tables(sweep_dir: Path) -> pd.DataFrame:

@@ -61,31 +61,17 @@ def main(argv=None):
                                          "seed": list(range(args.seeds))}, out)
 
   # Figs. 8/9: final loss and accuracy per method and epsilon.
-  fin = common.final_rows(df)
-  fin["rounds_used"] = df.groupby("point", sort=False)["round"].max().reindex(
-      fin["point"]).to_numpy()
-  table = common.mean_std(fin, ["schedule.name", "privacy.epsilon"],
-                          ["test_loss", "test_accuracy", "rounds_used", "horizon",
-                           "epsilon_claimed", "epsilon_certified"])
+  table = common.final_table(df, ["schedule.name", "privacy.epsilon"],
+                             ["test_loss", "test_accuracy", "rounds_used", "horizon",
+                              "epsilon_claimed", "epsilon_certified"])
   common.write(table, f"fig8_9_methods_{tag}")
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-  for m in methods:
-    t = table[table["schedule.name"] == m]
-    common.errorbar_plot(axes[0], t, "privacy.epsilon", "test_loss", common.LABELS[m])
-    common.errorbar_plot(axes[1], t, "privacy.epsilon", "test_accuracy", common.LABELS[m])
-    axes[2].plot(t["privacy.epsilon"], t["epsilon_certified_mean"], "o-", label=common.LABELS[m])
-  axes[2].plot(eps, eps, "k:", label="claimed = target")
-  for ax, yl in zip(axes, ["final test loss", "final test accuracy",
-                           "certified epsilon (RDP, delta=1e-3)"]):
-    ax.set_xlabel("privacy level epsilon_p (claimed, eq. (10))")
-    ax.set_ylabel(yl)
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=8)
-  fig.suptitle(f"Wei et al. Figs. 8/9 ({args.regime} regime, K/U = {args.q:g}, "
-               f"mean +- std over {args.seeds} seeds)")
-  fig.tight_layout()
-  fig.savefig(common.RESULTS / f"fig8_9_methods_{tag}.png", dpi=110)
-  plt.close(fig)
+  common.figure(table, "privacy.epsilon",
+                [("test_loss", "final test loss"), ("test_accuracy", "final test accuracy"),
+                 ("epsilon_certified_mean", "certified epsilon (RDP, delta=1e-3)")],
+                "schedule.name", f"Wei et al. Figs. 8/9 ({args.regime} regime, K/U = "
+                f"{args.q:g}, mean +- std over {args.seeds} seeds)", f"fig8_9_methods_{tag}",
+                xlabel="privacy level epsilon_p (claimed, eq. (10))", label=common.LABELS.get,
+                extra=lambda axes: axes[2].plot(eps, eps, "k:", label="claimed = target"))
 
   # Figs. 5/6: loss vs T from the optimal_t candidates.
   if "optimal_t" in methods:
@@ -97,21 +83,14 @@ def main(argv=None):
     curve["best_T"] = curve["privacy.epsilon"].map(dict(zip(best["privacy.epsilon"],
                                                              best["rounds"])))
     common.write(curve, f"fig5_6_loss_vs_T_{tag}")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for e, t in curve.groupby("privacy.epsilon"):
-      common.errorbar_plot(axes[0], t, "rounds", "final_test_loss", f"eps={e:g}")
-      common.errorbar_plot(axes[1], t, "rounds", "final_test_accuracy", f"eps={e:g}")
-    axes[0].plot(best["rounds"], best["final_test_loss_mean"], "k*", ms=12, label="best T")
-    for ax, yl in zip(axes, ["final test loss", "final test accuracy"]):
-      ax.set_xlabel("number of rounds T (constant schedule, sigma from eq. (10))")
-      ax.set_ylabel(yl)
-      ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"Wei et al. Fig. {5 if args.q == 1 else 6}: loss vs T "
-                 f"({args.regime} regime, K/U = {args.q:g})")
-    fig.tight_layout()
-    fig.savefig(common.RESULTS / f"fig5_6_loss_vs_T_{tag}.png", dpi=110)
-    plt.close(fig)
+    common.figure(curve, "rounds", [("final_test_loss", "final test loss"),
+                                    ("final_test_accuracy", "final test accuracy")],
+                  "privacy.epsilon", f"Wei et al. Fig. {5 if args.q == 1 else 6}: loss vs T "
+                  f"({args.regime} regime, K/U = {args.q:g})", f"fig5_6_loss_vs_T_{tag}",
+                  xlabel="number of rounds T (constant schedule, sigma from eq. (10))",
+                  label=lambda e: f"eps={e:g}",
+                  extra=lambda axes: axes[0].plot(best["rounds"], best["final_test_loss_mean"],
+                                                  "k*", ms=12, label="best T"))
 
   # Fig. 10: CRD's T after every round.
   if "crd" in methods:

@@ -24,10 +24,6 @@ import argparse
 import time
 
 import common
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main(argv=None):
@@ -56,30 +52,17 @@ def main(argv=None):
   df = common.run_methods(cfg, methods, {"privacy.epsilon": eps,
                                          "seed": list(range(args.seeds))},
                           common.RUNS / name)
-  fin = common.final_rows(df)
-  fin["rounds_used"] = df.groupby("point", sort=False)["round"].max().reindex(
-      fin["point"]).to_numpy()
-  table = common.mean_std(fin, ["schedule.name", "privacy.epsilon"],
-                          ["test_loss", "test_accuracy", "rounds_used", "epsilon_claimed",
-                           "epsilon_certified"])
+  table = common.final_table(df, ["schedule.name", "privacy.epsilon"],
+                             ["test_loss", "test_accuracy", "rounds_used", "epsilon_claimed",
+                              "epsilon_certified"])
   common.write(table, name)
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for m in methods:
-    t = table[table["schedule.name"] == m]
-    common.errorbar_plot(axes[0], t, "privacy.epsilon", "test_accuracy", common.LABELS[m])
-    axes[1].plot(t["privacy.epsilon"], t["epsilon_certified_mean"], "o-", label=common.LABELS[m])
-  axes[1].plot(eps, eps, "k:", label="claimed = target")
-  axes[0].set_ylabel("final test accuracy")
-  axes[1].set_ylabel("certified epsilon (RDP, delta=1e-3)")
-  for ax in axes:
-    ax.set_xlabel("privacy level epsilon_p (claimed)")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=8)
-  fig.suptitle(f"Wei et al. Fig. {fig_no}: {args.setting} MNIST ({args.regime} regime, "
-               f"mean +- std over {args.seeds} seeds)")
-  fig.tight_layout()
-  fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
-  plt.close(fig)
+  common.figure(table, "privacy.epsilon",
+                [("test_accuracy", "final test accuracy"),
+                 ("epsilon_certified_mean", "certified epsilon (RDP, delta=1e-3)")],
+                "schedule.name", f"Wei et al. Fig. {fig_no}: {args.setting} MNIST "
+                f"({args.regime} regime, mean +- std over {args.seeds} seeds)", name,
+                xlabel="privacy level epsilon_p (claimed)", label=common.LABELS.get,
+                extra=lambda axes: axes[1].plot(eps, eps, "k:", label="claimed = target"))
   print(table.to_string())
   common.save_meta(name, start)
 
