@@ -27,6 +27,10 @@ def _cmd_run(args) -> int:
   print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",
                                       "final_test_loss", "epsilon_claimed",
                                       "epsilon_certified", "wall_seconds")}, indent=2))
+  if "best_rounds" in s:
+    print("optimal_t: final test loss per T: " + ", ".join(
+        f"T={r['rounds']}: {r['final_test_loss']:.4f}" for r in s["optimal_t"]
+        if r["final_test_loss"] is not None) + f"; best T = {s['best_rounds']}")
   print(f"final test accuracy {acc if acc is None else f'{acc:.4f}'} after {s['rounds_run']} "
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
         f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}; outputs in {args.out}")

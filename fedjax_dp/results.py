@@ -70,9 +70,9 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
 def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
                  title: str = "") -> None:
   """Saves a PNG of test loss and accuracy (and certified epsilon) against rounds."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  # A bare Figure (no pyplot): the library must not switch the user's backend (a
+  # notebook's inline plots would stop showing) nor leave figures in pyplot's registry.
+  from matplotlib.figure import Figure
 
   def series(key):
     pts = [(int(r["round"]), float(r[key])) for r in rows
@@ -82,7 +82,8 @@ def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
   panels = [("test_loss", "test loss"), ("test_accuracy", "test accuracy")]
   if rows and "epsilon_certified" in rows[0]:
     panels.append(("epsilon_certified", "epsilon"))
-  fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+  fig = Figure(figsize=(4.2 * len(panels), 3.4))
+  axes = fig.subplots(1, len(panels))
   for ax, (key, label) in zip(axes, panels):
     xs, ys = series(key)
     ax.plot(xs, ys, label=key.replace("_", " "))
@@ -98,7 +99,6 @@ def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
   fig.tight_layout()
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110)
-  plt.close(fig)
   _atomic_write(Path(path), buf.getvalue())
 
 

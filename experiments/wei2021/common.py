@@ -9,6 +9,9 @@ per round, per-example clipping C = 1, eta = 0.5, delta = 1e-3, eq. (10) noise):
 * ``noise``: |D_i| = 100. Delta_l is 8x larger, so the same epsilon means 8x more
   noise; this is where the paper's phenomena (U-shaped loss in T, CRD helping)
   appear. Everything else is unchanged.
+* ``strong``: |D_i| = 25, 32x the paper's noise at equal epsilon: T0 = 200 lies
+  beyond the best T at every epsilon in 4..20, the situation CRD is built for (it
+  can only shorten T).
 
 All runs use ``privacy.noise_sampling = 'aggregate'`` (the server draws the
 Gaussian noise of the weighted sum of the K uploads at once: the same distribution
@@ -38,7 +41,7 @@ RUNS = Path(os.environ.get("WEI2021_RUNS", ROOT / "runs" / "wei2021"))
 MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
 EPSILONS = (4.0, 8.0, 12.0, 16.0, 20.0)
 T_GRID = (10, 25, 50, 100, 150, 200, 300)
-SAMPLES = {"paper": 800, "noise": 100}
+SAMPLES = {"paper": 800, "noise": 100, "strong": 25}
 METHODS = ("constant", "crd", "linear_decay", "optimal_t")
 LABELS = {"constant": "original UDP (T=200)", "crd": "UDP with CRD",
           "linear_decay": "Lei's approach (linear decay)", "optimal_t": "optimal UDP (T search)"}

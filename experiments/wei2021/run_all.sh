@@ -6,13 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=experiments/wei2021
 python $W/fig2_moment_bound.py
-python $W/fig4_svm_loss_vs_T.py --seeds 3
 python $W/compare_methods.py --q 1 --seeds 3                       # Figs. 5, 8a, 9a, 10a
-python $W/compare_methods.py --q 0.6 --seeds 2                     # Figs. 6, 8b, 9b, 10b
-python $W/fig7_initial_T.py --seeds 1 --epsilons 4,12,20 --t0 100,150,200,250,300
-python $W/fig11_cifar.py                                           # skipped without CIFAR-10
-python $W/fig12_13_noniid_unbalanced.py --setting noniid --seeds 2
-python $W/fig12_13_noniid_unbalanced.py --setting unbalanced --seeds 2
-python $W/fig14_15_beta.py --seeds 2 --epsilons 4,12
+python $W/compare_methods.py --q 1 --regime strong --seeds 3       # same, |D_i| = 25
+python $W/fig4_svm_loss_vs_T.py --seeds 3
+python $W/theory_tstar.py                                          # after Figs. 4 and 5
+python $W/fig12_13_noniid_unbalanced.py --setting noniid --seeds 1
+python $W/fig12_13_noniid_unbalanced.py --setting unbalanced --seeds 1
+python $W/fig14_15_beta.py --seeds 1 --epsilons 4,12
+python $W/compare_methods.py --q 0.6 --seeds 1                     # Figs. 6, 8b, 9b, 10b
 python $W/compare_methods.py --q 1 --regime paper --seeds 1 --epsilons 4,20 --t-grid 50,100,200,300
-python $W/theory_tstar.py
+python $W/fig7_initial_T.py --seeds 1 --epsilons 4,20 --t0 100,200,300
+python $W/fig11_cifar.py                                           # skipped without CIFAR-10
