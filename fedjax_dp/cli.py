@@ -68,6 +68,7 @@ def _cmd_plot(args) -> int:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   from fedjax_dp.results import read_csv
 
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))

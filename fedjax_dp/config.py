@@ -12,8 +12,9 @@ import ast
 import difflib
 import importlib.util
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import ml_collections
 from ml_collections import config_dict

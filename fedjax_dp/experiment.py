@@ -24,7 +24,8 @@ import json
 import math
 import os
 import time
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +33,7 @@ import numpy as np
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine
-from fedjax_dp import sharding
+from fedjax_dp import engine, sharding
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models import get_model

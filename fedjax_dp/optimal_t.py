@@ -30,8 +30,9 @@ with ``best_rounds`` and the table), and ``DIR/T=<T>/`` (each candidate's run).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, results

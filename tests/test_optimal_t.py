@@ -5,11 +5,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import assert_rows_close, small_config
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, optimal_t, sweep
-
-from _helpers import assert_rows_close, small_config
 
 T_GRID = (2, 4, 6)
 

@@ -8,11 +8,10 @@ from pathlib import Path
 import jax
 import pandas as pd
 import pytest
+from _helpers import assert_rows_close, small_config
 
 from fedjax_dp import cli, engine, experiment, sweep
 from fedjax_dp import config as config_lib
-
-from _helpers import assert_rows_close, small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"

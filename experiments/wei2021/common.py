@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-from fedjax_dp import config as config_lib  # noqa: E402
-from fedjax_dp import sweep  # noqa: E402
+from fedjax_dp import config as config_lib
+from fedjax_dp import sweep
 
 # Overridable so that a quick check does not overwrite the committed results.
 RESULTS = Path(os.environ.get("WEI2021_RESULTS", Path(__file__).resolve().parent / "results"))

@@ -39,7 +39,7 @@ from fedjax_dp import experiment
 from fedjax_dp.theory import wei
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 20.0)
 
