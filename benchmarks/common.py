@@ -80,8 +80,9 @@ def run_task(script: Path, args: Sequence[str], timeout: float) -> dict:
   caches) and returns the JSON dict it prints last, or an error record."""
   start = time.time()
   try:
+    # check=False: a failed workload becomes an error record, not an exception.
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, check=False)
   except subprocess.TimeoutExpired:
     return dict(error=f"timed out after {timeout:.0f} s")
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]

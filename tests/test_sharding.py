@@ -51,7 +51,7 @@ def test_eight_devices_match_one(tmp_path):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
              JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, __file__, str(path)], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
+                        capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   eight = json.loads(path.read_text())
   assert eight.pop("num_devices") == 8
