@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import client as client_lib
-from fedjax_dp import sharding
+from fedjax_dp import one_step, sharding
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import mechanisms
@@ -114,12 +114,18 @@ class RoundConfig:
       d random numbers instead of K d: the draw dominates a round of a small model
       on a CPU. Individual noisy uploads are then never materialised, and the
       random stream differs from per-client sampling.
+    fuse_one_step: when local training is one full-batch step of an all-Dense
+      model (:func:`fedjax_dp.one_step.fusable`), train each block of clients as ONE
+      weighted batch (:mod:`fedjax_dp.one_step`): per-client work shrinks to norms,
+      and the weighted sum of the uploads is one matmul per layer. Same result up to
+      float summation order; ``False`` forces the per-client path.
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
   aggregation: str = "normalized"
   client_chunk: int = 0
   aggregate_upload_noise: bool = False
+  fuse_one_step: bool = True
 
   def __post_init__(self):
     if self.aggregation not in AGGREGATIONS:
@@ -246,6 +252,8 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   client_cfg = (dataclasses.replace(cfg.client, noise_placement="none")
                 if cfg.aggregate_upload_noise else cfg.client)
 
+  fuse = cfg.fuse_one_step and one_step.fusable(model, client_cfg)
+
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
     d = gather_block(idx)
@@ -257,12 +265,18 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
       hp = client_lib.ClientHParams(
           lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
           clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
-      update = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))
-      out = update(model, client_cfg, p, d.x, d.y, d.mask, keys, hp)
-      agg = jax.tree_util.tree_map(lambda w: jnp.tensordot(c / agg_denom, w, axes=1),
-                                   out.params)
-      return agg, jnp.sum(c / selected_denom * out.loss), jnp.sum(c / selected_denom
-                                                                  * out.grad_norm)
+      if fuse:
+        agg, loss, grad_norm = one_step.block_sum(model, client_cfg, p, d.x, d.y, d.mask,
+                                                  keys, hp, c / agg_denom)
+      else:
+        update = jax.vmap(client_lib.client_update,
+                          in_axes=(None, None, None, 0, 0, 0, 0, 0))
+        out = update(model, client_cfg, p, d.x, d.y, d.mask, keys, hp)
+        agg = jax.tree_util.tree_map(lambda w: jnp.tensordot(c / agg_denom, w, axes=1),
+                                     out.params)
+        loss, grad_norm = out.loss, out.grad_norm
+      return (agg, jnp.sum(c / selected_denom * loss),
+              jnp.sum(c / selected_denom * grad_norm))
 
     return lanes(one_point)(params, args, noise)
 

@@ -58,20 +58,25 @@ def clip_by_norm(tree: PyTree, clip: jax.Array, ord: int = 2) -> tuple[PyTree, j
   return jax.tree_util.tree_map(lambda x: x * factor.astype(x.dtype), tree), norm
 
 
-def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
-  """Ghost-norm per-example clipping for all-:class:`Dense` models.
+def ghost_layers(model: Model, params, x, y, weights):
+  """One forward and one backward pass to every ghost :class:`Dense` layer's output.
 
   Args:
     model: a model with ``model.ghost`` true.
     params: parameters.
     x: ``[n, *input_shape]`` inputs.
     y: ``[n]`` labels.
-    weights: ``[n]`` 1.0 for examples that count, 0.0 for padding.
-    clip: clipping threshold C.
-    ord: 2 or 1.
+    weights: ``[n]`` per-example loss weights (0.0 for padding).
 
   Returns:
-    ``(sum_i weights_i * clip(g_i), losses [n], norms [n])``.
+    ``(layers, losses, flat_params)``: ``layers`` maps a layer's path to ``(a, g)``,
+    its inputs ``a [n, d_in]`` and the gradients ``g [n, d_out]`` of
+    ``sum_i weights_i loss_i`` w.r.t. its outputs, so example i's kernel gradient is
+    ``a_i g_i^T`` and its bias gradient ``g_i``; ``losses [n]`` are the unweighted
+    per-example losses; ``flat_params`` is the flattened parameter dict.
+
+  Raises:
+    ValueError: when a parameter is not in a ghost layer.
   """
   variables = {"params": params}
 
@@ -97,35 +102,77 @@ def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
     assert path[-1] == GHOST_OUT, path
     (a,) = flat_in[path[:-1] + (GHOST_IN,)]  # one call per layer: no weight sharing
     layers[path[:-1]] = (a, g)
+  covered = {prefix + (name,) for prefix in layers for name in ("kernel", "bias")}
+  missing = set(flat_params) - covered
+  if missing:
+    raise ValueError(
+        f"model {model.name!r} is marked ghost=True but parameters {sorted(missing)} are "
+        "not in ghost Dense layers")
+  return layers, losses, flat_params
 
+
+def ghost_weighted_grad(layers, flat_params, scale):
+  """``sum_i scale_i * grad_i`` from :func:`ghost_layers`' output: one matmul per layer.
+
+  Args:
+    layers: ``{path: (a [n, d_in], g [n, d_out])}``.
+    flat_params: the flattened parameter dict (which layers have a bias).
+    scale: ``[n]`` per-example factors.
+
+  Returns:
+    The weighted gradient sum, as a parameter pytree.
+  """
+  grads = {}
+  for prefix, (a, g) in layers.items():
+    cg = g * scale[:, None]
+    grads[prefix + ("kernel",)] = a.T @ cg
+    if prefix + ("bias",) in flat_params:
+      grads[prefix + ("bias",)] = jnp.sum(cg, 0)
+  return flax.traverse_util.unflatten_dict(grads)
+
+
+def ghost_norms(layers, flat_params, ord: int = 2) -> jax.Array:
+  """Per-example gradient norms ``[n]`` from :func:`ghost_layers`' output.
+
+  ``||a_i g_i^T||_F = ||a_i|| ||g_i||`` (L2) and ``||a_i||_1 ||g_i||_1`` (L1), plus the
+  bias gradient ``g_i`` where the layer has one.
+  """
   def norm_part(a, g):
     if ord == 1:
       return jnp.sum(jnp.abs(a), -1) * jnp.sum(jnp.abs(g), -1), jnp.sum(jnp.abs(g), -1)
     return jnp.sum(a * a, -1) * jnp.sum(g * g, -1), jnp.sum(g * g, -1)
 
-  total = jnp.zeros(x.shape[0], jnp.float32)
+  total = 0.0
   for prefix, (a, g) in layers.items():
     kernel_part, bias_part = norm_part(a, g)
     total = total + kernel_part
     if prefix + ("bias",) in flat_params:
       total = total + bias_part
-  norms = total if ord == 1 else jnp.sqrt(total)
+  return total if ord == 1 else jnp.sqrt(total)
+
+
+def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
+  """Ghost-norm per-example clipping for all-:class:`Dense` models.
+
+  Args:
+    model: a model with ``model.ghost`` true.
+    params: parameters.
+    x: ``[n, *input_shape]`` inputs.
+    y: ``[n]`` labels.
+    weights: ``[n]`` 1.0 for examples that count, 0.0 for padding.
+    clip: clipping threshold C.
+    ord: 2 or 1.
+
+  Returns:
+    ``(sum_i weights_i * clip(g_i), losses [n], norms [n])``.
+  """
+  layers, losses, flat_params = ghost_layers(model, params, x, y, weights)
+
+  norms = ghost_norms(layers, flat_params, ord)
   # ``g`` already carries ``weights`` (it is the gradient of the weighted sum), so
   # padded examples have g = 0 and contribute nothing.
   c = clip_factor(norms, clip)
-
-  grads = {}
-  for prefix, (a, g) in layers.items():
-    cg = g * c[:, None]
-    grads[prefix + ("kernel",)] = a.T @ cg
-    if prefix + ("bias",) in flat_params:
-      grads[prefix + ("bias",)] = jnp.sum(cg, 0)
-  missing = set(flat_params) - set(grads)
-  if missing:
-    raise ValueError(
-        f"model {model.name!r} is marked ghost=True but parameters {sorted(missing)} are "
-        "not in ghost Dense layers")
-  return flax.traverse_util.unflatten_dict(grads), losses, norms
+  return ghost_weighted_grad(layers, flat_params, c), losses, norms
 
 
 def _vmap_clipped_sum(model: Model, params, x, y, weights, clip, ord, chunk_size):

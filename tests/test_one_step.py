@@ -1,0 +1,116 @@
+"""One full-batch step trained as one weighted batch equals the per-client path."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_dp import client as client_lib
+from fedjax_dp import engine, one_step
+from fedjax_dp.models import get_model
+
+from _helpers import toy_federated
+
+SHAPE, CLASSES = (4, 4, 1), 3
+
+
+def _data():
+  # Unequal client sizes 6-12, padded to 14 (padding inside every client).
+  return toy_federated(9, 12, SHAPE, CLASSES, 0, n_max=14)
+
+
+def _args(lanes=None):
+  idx = [8, 1, 4, 0, 6, 1, 1]
+  args = engine.RoundArgs(
+      idx=jnp.asarray(idx, jnp.int32), sel_mask=jnp.asarray([1, 1, 1, 1, 1, 0, 0], jnp.float32),
+      lr=jnp.asarray([0.7], jnp.float32), clip=jnp.float32(0.9),
+      noise=jnp.linspace(0.01, 0.2, len(idx), dtype=jnp.float32),
+      central_noise=jnp.float32(0.05), server_lr=jnp.float32(0.9), round=jnp.int32(2),
+      seed=jnp.uint32(7))
+  if lanes is None:
+    return args
+  # L points of one cohort: different lr, clip and noise per lane.
+  def per_lane(a):
+    a = jnp.asarray(a)
+    scaled = jnp.issubdtype(a.dtype, jnp.floating) and a.ndim <= 1 and a is not args.sel_mask
+    return jnp.stack([a * (1.0 + 0.5 * i) if scaled else a for i in range(lanes)])
+  return args._replace(sel_mask=jnp.stack([args.sel_mask] * lanes),
+                       **{f: per_lane(getattr(args, f)) for f in args._fields
+                          if f != "sel_mask"})
+
+
+def _assert_close(got, want):
+  for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+CASES = [
+    ("logistic", client_lib.ClientConfig(1, 0, "update_l2", "central"), False),
+    ("logistic", client_lib.ClientConfig(1, 0, "update_l2", "upload"), False),
+    ("mlp_784_256_10", client_lib.ClientConfig(1, 0, "update_l2", "none"), False),
+    ("mlp_784_256_10", client_lib.ClientConfig(1, 0, "per_example_l2", "upload"), False),
+    ("logistic", client_lib.ClientConfig(1, 0, "per_example_l1", "upload", "laplace"), False),
+    ("linear_svm", client_lib.ClientConfig(1, 0, "per_example_l2", "upload", l2_reg=0.1), True),
+    ("linear_svm", client_lib.ClientConfig(1, 0, "none", "none", l2_reg=0.1), False),
+]
+
+
+@pytest.mark.parametrize("name,ccfg,aggregate", CASES)
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_fused_round_equals_per_client_round(name, ccfg, aggregate, chunk):
+  model = get_model(name, SHAPE, CLASSES)
+  assert one_step.fusable(model, ccfg)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
+  data = _data()
+  cfg = engine.RoundConfig(ccfg, client_chunk=chunk, aggregate_upload_noise=aggregate)
+  args = _args()
+  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
+      params, data, args)
+  got = engine.make_round_fn(model, cfg)(params, data, args)
+  _assert_close(got, want)
+
+
+def test_update_clipping_binds_and_lanes_agree():
+  """Some clients are clipped, some not; L lanes of one cohort equal L single rounds."""
+  model = get_model("logistic", SHAPE, CLASSES)
+  ccfg = client_lib.ClientConfig(1, 0, "update_l2", "upload")
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
+  data = _data()
+  x, y, m = data.x[:5], data.y[:5], data.mask[:5]
+  norms = jax.vmap(lambda xi, yi, mi: client_lib.clipping.tree_norm(jax.tree_util.tree_map(
+      jnp.subtract, client_lib.client_update(
+          model, dataclasses.replace(ccfg, clip_mode="none", noise_placement="none"), params,
+          xi, yi, mi, jax.random.PRNGKey(0),
+          client_lib.ClientHParams(jnp.full((1,), 0.7), 1.0, 0.0, 0.0)).params, params)))(x, y, m)
+  assert np.min(norms) < 0.9 < np.max(norms)  # lane 0's clip binds for some clients only
+  cfg = engine.RoundConfig(ccfg, client_chunk=3)
+  lanes = _args(lanes=3)
+  many = jax.tree_util.tree_map(lambda a: jnp.stack([a] * 3), params)
+  got, gm = jax.jit(lambda p, d, a: engine.cohort_step(model, cfg, p, d, a, jnp.ones(3, bool)))(
+      many, data, lanes)
+  ref = jax.jit(lambda p, d, a: engine.round_step(
+      model, dataclasses.replace(cfg, fuse_one_step=False), p, d, a))
+  for i in range(3):
+    want, wm = ref(params, data, jax.tree_util.tree_map(lambda a: a[i], lanes))
+    _assert_close(jax.tree_util.tree_map(lambda a: a[i], (got, gm)), (want, wm))
+
+
+@pytest.mark.parametrize("ccfg", [
+    client_lib.ClientConfig(2, 0, "update_l2", "central"),
+    client_lib.ClientConfig(1, 4, "update_l2", "central"),
+    client_lib.ClientConfig(1, 0, "param_l2", "upload"),
+    client_lib.ClientConfig(1, 0, "per_example_l2", "step"),
+    client_lib.ClientConfig(1, 0, "update_l2", "central", l2_reg=0.1),
+])
+def test_not_fusable(ccfg):
+  model = get_model("logistic", SHAPE, CLASSES)
+  assert not one_step.fusable(model, ccfg)
+  with pytest.raises(ValueError, match="does not apply"):
+    one_step.block_sum(model, ccfg, None, None, None, jnp.ones((2, 3)), None, None, None)
+
+
+def test_cnn_is_not_fusable():
+  model = get_model("cnn_pfl_cifar10", (32, 32, 3), 10)
+  assert not one_step.fusable(model, client_lib.ClientConfig(1, 0, "update_l2", "central"))
