@@ -1,17 +1,17 @@
 """One full-batch step trained as one weighted batch equals the per-client path."""
 
 import dataclasses
+import operator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import toy_federated
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import engine, one_step
 from fedjax_dp.models import get_model
-
-from _helpers import toy_federated
 
 SHAPE, CLASSES = (4, 4, 1), 3
 
@@ -93,8 +93,9 @@ def test_update_clipping_binds_and_lanes_agree():
   ref = jax.jit(lambda p, d, a: engine.round_step(
       model, dataclasses.replace(cfg, fuse_one_step=False), p, d, a))
   for i in range(3):
-    want, wm = ref(params, data, jax.tree_util.tree_map(lambda a: a[i], lanes))
-    _assert_close(jax.tree_util.tree_map(lambda a: a[i], (got, gm)), (want, wm))
+    lane = operator.itemgetter(i)
+    want, wm = ref(params, data, jax.tree_util.tree_map(lane, lanes))
+    _assert_close(jax.tree_util.tree_map(lane, (got, gm)), (want, wm))
 
 
 @pytest.mark.parametrize("ccfg", [
