@@ -580,10 +580,10 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
   shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), data)
   # The probe leaves out the noise, whose threefry code takes XLA (CPU) seconds to
   # compile; a client's noise is a model-sized draw, counted here instead.
-  quiet = dataclasses.replace(cfg, client_chunk=0, client=dataclasses.replace(
-      cfg.client, noise_placement="none"))
+  quiet = dataclasses.replace(cfg, client_chunk=0, aggregate_upload_noise=False,
+                              client=dataclasses.replace(cfg.client, noise_placement="none"))
   per_client = _bytes_per_client(model, quiet, shapes)
-  if cfg.client.noise_placement in ("upload", "step"):
+  if cfg.client.noise_placement in ("upload", "step") and not cfg.aggregate_upload_noise:
     per_client += 2 * 4 * model.num_params()
   lane_bytes = max(lanes, 1) * max(per_client, 1.0)
   chunk = int(fraction * memory_bytes // lane_bytes)

@@ -155,3 +155,13 @@ def test_round_config_rejects_aggregate_without_gaussian_upload():
   ok = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"),
                           aggregate_upload_noise=True)
   assert dataclasses.replace(ok, client_chunk=2).aggregate_upload_noise
+
+
+def test_chunk_from_memory_with_aggregate_noise():
+  """``server.client_chunk=-1`` probes the round without noise; aggregated noise must
+  not make that probe an invalid config (it raised before)."""
+  cfg = _base(**{"privacy.noise_sampling": "aggregate", "server.client_chunk": "-1"})
+  setup = experiment.build(cfg)
+  assert setup.round_cfg.aggregate_upload_noise
+  assert setup.round_cfg.client_chunk >= 0
+  assert len(experiment.run(cfg, setup=setup).rows) == 3
