@@ -493,8 +493,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
     # Resolve again for this group: each device holds num_cohorts / n_sweep cohorts'
     # lanes and k_slots / n_clients of their clients.
     per_device = engine.client_chunk_for_memory(
-        model, round_cfg, data, k_slots // n_clients,
-        lanes=num_cohorts // n_sweep * num_lanes)
+        model, round_cfg, data, k_slots // n_clients, lanes=num_lanes,
+        cohorts=1 if engine.cohorts_in_sequence() else num_cohorts // n_sweep)
     round_cfg = dataclasses.replace(round_cfg, client_chunk=per_device * n_clients)
   elif round_cfg.client_chunk and n_clients > 1:
     # Chunks hold whole rows of the 'clients' axis, so they shard with it.

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from _helpers import small_config
 
 from fedjax_dp import experiment, sharding, sweep
-
-from _helpers import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
@@ -36,6 +35,10 @@ def workload() -> dict:
                                                    "seed": [0, 1]})
   # 8 points of 8 seeds, one lane each (stacked partitions): mesh (8, 1).
   out["sweep_seeds"] = sweep.run_sweep(_base(rounds="2"), {"seed": list(range(8))})
+  # 16 cohorts of 2 lanes: mesh (8, 1), each device runs its 2 cohorts one after the
+  # other on CPU (engine.sweep_step's cohorts_in_sequence).
+  out["sweep_cohorts_in_sequence"] = sweep.run_sweep(
+      _base(rounds="2"), {"seed": list(range(16)), "client.lr": [0.1, 0.3]})
   # 2 points, 1 cohort: mesh (1, 8); chunks of 2 clients rounded up to the axis, 8.
   out["sweep_chunked"] = sweep.run_sweep(
       _base(**{"server.client_chunk": "2", "data.num_clients": "9",
@@ -55,7 +58,7 @@ def test_eight_devices_match_one(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   eight = json.loads(path.read_text())
   assert eight.pop("num_devices") == 8
-  assert eight.pop("meshes") == [[2, 4], [8, 1], [1, 8]]
+  assert eight.pop("meshes") == [[2, 4], [8, 1], [1, 8], [8, 1]]
   one = workload()
   for name, rows in one.items():
     assert len(rows) == len(eight[name]), name
@@ -72,5 +75,5 @@ if __name__ == "__main__":
 
   result = workload()
   result["num_devices"] = len(jax.devices())
-  result["meshes"] = [list(sharding.make_mesh(g).devices.shape) for g in (2, 8, 1)]
+  result["meshes"] = [list(sharding.make_mesh(g).devices.shape) for g in (2, 8, 1, 16)]
   Path(sys.argv[1]).write_text(json.dumps(result))

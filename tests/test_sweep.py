@@ -6,12 +6,15 @@ import shutil
 from pathlib import Path
 
 import jax
+import numpy as np
 import pandas as pd
 import pytest
-from _helpers import assert_rows_close, small_config
+from _helpers import assert_rows_close, small_config, toy_federated
 
 from fedjax_dp import cli, engine, experiment, sweep
+from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
+from fedjax_dp.models import get_model
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
@@ -156,3 +159,33 @@ def test_bad_grid_is_reported():
     sweep.expand(_base(), {"privacy.epsilonn": [1.0]})
   with pytest.raises(config_lib.ConfigError, match="key=v1"):
     sweep.parse_grid(["seed"])
+
+
+@pytest.mark.parametrize("sweep_devices", [1, 2])
+def test_cohorts_in_sequence_equal_vmapped_cohorts(sweep_devices):
+  """engine.sweep_step: running cohorts one after another (CPU) equals vmapping them."""
+  data = toy_federated(8, 12, (4, 4, 1), 3, 0, n_max=12)
+  model = get_model("logistic", (4, 4, 1), 3)
+  cfg = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"))
+  g, lanes, k = 4, 2, 3
+  params = jax.vmap(jax.vmap(model.init))(
+      jax.random.split(jax.random.PRNGKey(0), g * lanes).reshape(g, lanes, -1))
+  rng = np.random.default_rng(0)
+  idx = np.repeat(rng.integers(0, 8, (g, 1, k)), lanes, 1).astype(np.int32)
+  args = engine.RoundArgs(
+      idx=idx, sel_mask=np.ones((g, lanes, k), np.float32),
+      lr=np.full((g, lanes, 1), 0.4, np.float32), clip=np.full((g, lanes), 0.7, np.float32),
+      noise=rng.uniform(0.01, 0.1, (g, lanes, k)).astype(np.float32),
+      central_noise=np.zeros((g, lanes), np.float32),
+      server_lr=np.ones((g, lanes), np.float32), round=np.full((g, lanes), 2, np.int32),
+      seed=np.repeat(np.arange(g, dtype=np.uint32)[:, None], lanes, 1),
+      data_id=np.zeros((g, lanes), np.int32))
+  active = np.ones((g, lanes), bool)
+  active[1, 1] = False
+
+  def step(in_sequence):
+    return jax.jit(lambda p, a, on: engine.sweep_step(
+        model, cfg, p, data, a, on, in_sequence, sweep_devices))(params, args, active)
+
+  for a, b in zip(jax.tree_util.tree_leaves(step(True)), jax.tree_util.tree_leaves(step(False))):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
