@@ -28,11 +28,13 @@ SCRIPT = Path(__file__).resolve().parent / "workloads.py"
 TASKS = [
     ("W1/ours", 300), ("W1/ours_all_at_once", 300), ("W1/loop", 300), ("W1/torch", 600),
     ("W2/ours", 600), ("W2/loop", 600), ("W2/torch", 300),
-    ("W3-1k/ours", 300), ("W3-1k/fused", 300), ("W3-1k/loop", 300), ("W3-1k/torch", 300),
-    ("W3-10k/ours", 300), ("W3-10k/ours_all_at_once", 300), ("W3-10k/fused", 300),
-    ("W3-10k/loop", 300), ("W3-10k/torch", 300),
+    ("W3-1k/ours", 300), ("W3-1k/ours_unfused", 300), ("W3-1k/fused", 300),
+    ("W3-1k/loop", 300), ("W3-1k/torch", 300),
+    ("W3-10k/ours", 300), ("W3-10k/ours_unfused", 300), ("W3-10k/ours_all_at_once", 300),
+    ("W3-10k/fused", 300), ("W3-10k/loop", 300), ("W3-10k/torch", 300),
     ("W4/batched", 600), ("W4/one_by_one", 900),
     ("W4/batched_files", 600), ("W4/one_by_one_files", 900),
+    ("W4-agg/batched", 600), ("W4-agg/one_by_one", 900),
 ]
 QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
@@ -62,10 +64,10 @@ def _notes(rows: dict[str, dict]) -> None:
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
-  for suffix in ("", "_files"):
-    r = ratio(f"W4/batched{suffix}", f"W4/one_by_one{suffix}", "total_s")
+  for w, suffix in (("W4", ""), ("W4", "_files"), ("W4-agg", "")):
+    r = ratio(f"{w}/batched{suffix}", f"{w}/one_by_one{suffix}", "total_s")
     if r is not None:
-      rows[f"W4/batched{suffix}"]["vs"] = [f"{r:.1f}x faster end to end than one by one"]
+      rows[f"{w}/batched{suffix}"]["vs"] = [f"{r:.1f}x faster end to end than one by one"]
   for key, row in rows.items():
     if isinstance(row.get("vs"), list):
       row["vs"] = "; ".join(row["vs"])

@@ -161,9 +161,11 @@ def w1(method: str, quick: bool) -> dict:
 
 def _our_round_config(model, ccfg, data, cohort: int, method: str, extra: dict):
   """Our round config: ``'ours'`` picks the client chunk from memory (recorded in
-  ``extra``), ``'ours_all_at_once'`` vmaps the whole cohort."""
-  rcfg = engine.RoundConfig(ccfg)
-  if method == "ours":
+  ``extra``), ``'ours_all_at_once'`` vmaps the whole cohort, ``'ours_unfused'`` is
+  ``'ours'`` with one-step fusion off (every client's update formed and clipped
+  separately, :mod:`fedjax_dp.one_step`)."""
+  rcfg = engine.RoundConfig(ccfg, fuse_one_step=method != "ours_unfused")
+  if method in ("ours", "ours_unfused"):
     chunk = engine.client_chunk_for_memory(model, rcfg, data, cohort)
     rcfg = dataclasses.replace(rcfg, client_chunk=chunk)
     extra["client_chunk"] = chunk
@@ -255,24 +257,25 @@ def w3(method: str, quick: bool, cohort: int) -> dict:
 # ----------------------------------------------------------------------------- W4
 
 
-def w4_config(rounds: int = 100):
+def w4_config(rounds: int = 100, noise_sampling: str = "per_client"):
   """Linear SVM on MNIST, 50 clients x 128 examples, all 50 per round, one full-batch
   step with per-example clipping and UDP noise (Wei et al.'s SVM setting)."""
   return config_lib.override(config_lib.base_config(), [
       "data.name=mnist", f"data.dir={MNIST_DIR}", "data.num_clients=50",
       "data.samples_per_client=128", "server.clients_per_round=50", "model.name=linear_svm",
       "client.clip_mode=per_example_l2", "client.lr=0.5", f"rounds={rounds}",
-      "privacy.placement=upload", "server.client_chunk=-1", "progress=false"])
+      "privacy.placement=upload", f"privacy.noise_sampling={noise_sampling}",
+      "server.client_chunk=-1", "progress=false"])
 
 
-def w4(method: str, quick: bool) -> dict:
+def w4(method: str, quick: bool, noise_sampling: str = "per_client") -> dict:
   """32 points (8 epsilons x 4 seeds), 100 rounds each, end to end: one batched sweep,
   or the same points one ``experiment.run`` after another (compiled programs are
   cached across runs, as in a notebook). ``*_files`` write every point's run
   directory (config, metrics, summary, plot); the others keep results in memory."""
   from fedjax_dp import sweep
   del quick  # the workload is defined by its size
-  cfg = w4_config()
+  cfg = w4_config(noise_sampling=noise_sampling)
   grid = {"privacy.epsilon": list(W4_EPSILONS), "seed": list(W4_SEEDS)}
   points = sweep.expand(cfg, grid)
   roofline = matmul_gflops()
@@ -290,8 +293,8 @@ def w4(method: str, quick: bool) -> dict:
   params = model.init(jax.random.PRNGKey(0))
   rounds = len(points) * int(cfg.rounds)
   gflop = training_gflop(model, params, rounds * 50 * 128)
-  rec = _record("W4 sweep of 32 points (eps x seed), linear SVM, 50 x 128, 100 rounds",
-                method, total / int(cfg.rounds), len(points) * 50, gflop / int(cfg.rounds),
+  rec = _record("W4 sweep of 32 points (eps x seed), linear SVM, 50 x 128, 100 rounds, "
+                f"{noise_sampling} upload noise", method, total / int(cfg.rounds), len(points) * 50, gflop / int(cfg.rounds),
                 roofline)
   rec["total_s"] = total
   return rec
@@ -306,11 +309,15 @@ TASKS = {
     "W3-1k/loop": lambda q: w3("loop", q, 1000), "W3-1k/torch": lambda q: w3("torch", q, 1000),
     "W3-10k/ours": lambda q: w3("ours", q, 10000),
     "W3-10k/ours_all_at_once": lambda q: w3("ours_all", q, 10000),
+    "W3-1k/ours_unfused": lambda q: w3("ours_unfused", q, 1000),
+    "W3-10k/ours_unfused": lambda q: w3("ours_unfused", q, 10000),
     "W3-10k/fused": lambda q: w3("fused", q, 10000),
     "W3-10k/loop": lambda q: w3("loop", q, 10000), "W3-10k/torch": lambda q: w3("torch", q, 10000),
     "W4/batched": lambda q: w4("batched", q), "W4/one_by_one": lambda q: w4("one_by_one", q),
     "W4/batched_files": lambda q: w4("batched_files", q),
     "W4/one_by_one_files": lambda q: w4("one_by_one_files", q),
+    "W4-agg/batched": lambda q: w4("batched", q, "aggregate"),
+    "W4-agg/one_by_one": lambda q: w4("one_by_one", q, "aggregate"),
 }
 
 

@@ -35,6 +35,7 @@ from fedjax_dp.privacy import clipping, mechanisms
 PyTree = Any
 CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2")
 UPLOAD_TAG = 1 << 20  # step keys use fold_in(key, s) with s < UPLOAD_TAG
+MAX_UNROLLED_STEPS = 8  # more local steps run as a loop (compile time grows with E)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +172,11 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     return new, (jnp.sum(losses * wb) / denom, mean_norm)
 
   steps = jnp.arange(cfg.local_steps)
-  params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr))
+  # A few local steps are unrolled: XLA (CPU) runs convolution weight gradients
+  # inside a loop on a path ~15x slower than outside one (pfl's CIFAR-10 CNN, 5 steps
+  # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
+  unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
+  params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
   if cfg.clip_mode == "update_l2":
     delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
     delta, _ = clipping.clip_by_norm(delta, hp.clip)
