@@ -639,7 +639,12 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
     # faster than one that streams them through DRAM (e.g. Wei's MLP round).
     chunk = min(chunk, max(1, int(cache_bytes // lane_bytes)))
   chunk = max(multiple_of, chunk - chunk % multiple_of)
-  return 0 if chunk >= k_slots else chunk
+  if chunk >= k_slots:
+    return 0
+  # The same number of chunks, as even as possible: the last chunk's padding slots
+  # compute on nothing (K = 1000 in chunks of 161 pads 127 slots; of 143, one).
+  num_chunks = -(-k_slots // chunk)
+  return -(-k_slots // (num_chunks * multiple_of)) * multiple_of
 
 
 def _last_level_cache_bytes(default: int = 32 << 20) -> int:

@@ -82,6 +82,8 @@ def test_chunk_from_memory():
   assert chunk(1 << 34, cache_bytes=0) == 0  # everything fits: all at once
   small = chunk(400_000, cache_bytes=0)
   assert 1 <= small < 40
+  num_chunks = -(-40 // small)
+  assert num_chunks * small - 40 < num_chunks  # chunks as even as possible
   assert chunk(400_000, cache_bytes=0, lanes=2) <= small  # a sweep's lanes share memory
   assert chunk(400_000, cache_bytes=0, multiple_of=4) % 4 == 0
   assert 1 <= chunk(1 << 34, cache_bytes=100_000) < 40  # the cache cap binds
