@@ -33,10 +33,10 @@ TASKS = [
     ("W3-10k/ours", 300), ("W3-10k/ours_unfused", 300), ("W3-10k/ours_all_at_once", 300),
     ("W3-10k/fused", 300), ("W3-10k/loop", 300), ("W3-10k/torch", 300),
     ("W4/batched", 600), ("W4/one_by_one", 900),
-    ("W4/batched_files", 600), ("W4/one_by_one_files", 900),
+    ("W4/batched_files", 600), ("W4/one_by_one_files", 900), ("W4/one_by_one_cli", 1200),
     ("W4-agg/batched", 600), ("W4-agg/one_by_one", 900),
 ]
-QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch"}
+QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
            "roofline_gflops", "roofline_frac", "peak_rss_mb", "vs", "note"]
 
@@ -64,10 +64,14 @@ def _notes(rows: dict[str, dict]) -> None:
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
-  for w, suffix in (("W4", ""), ("W4", "_files"), ("W4-agg", "")):
-    r = ratio(f"{w}/batched{suffix}", f"{w}/one_by_one{suffix}", "total_s")
+  for batched, base, label in (
+      ("W4/batched", "W4/one_by_one", "one by one"),
+      ("W4/batched_files", "W4/one_by_one_files", "one by one"),
+      ("W4/batched_files", "W4/one_by_one_cli", "a process per point"),
+      ("W4-agg/batched", "W4-agg/one_by_one", "one by one")):
+    r = ratio(batched, base, "total_s")
     if r is not None:
-      rows[f"{w}/batched{suffix}"]["vs"] = [f"{r:.1f}x faster end to end than one by one"]
+      rows[batched].setdefault("vs", []).append(f"{r:.1f}x faster end to end than {label}")
   for key, row in rows.items():
     if isinstance(row.get("vs"), list):
       row["vs"] = "; ".join(row["vs"])
@@ -94,7 +98,8 @@ def main(argv=None) -> int:
   have_torch = importlib.util.find_spec("torch") is not None and not args.no_torch
   only = [p for p in args.only.split(",") if p]
   start = time.time()
-  rows: dict[str, dict] = {}
+  # --only re-measures some tasks and keeps the saved rows of the others.
+  rows: dict[str, dict] = _load_saved() if only and (RESULTS / "all.csv").exists() else {}
   for task, timeout in TASKS:
     if only and not any(task.startswith(p) for p in only):
       continue
@@ -108,16 +113,19 @@ def main(argv=None) -> int:
     out["task"] = task
     rows[task] = out
   _notes(rows)
-  table = list(rows.values())
+  order = [t for t, _ in TASKS]
+  table = sorted(rows.values(), key=lambda r: order.index(r["task"]) if r["task"] in order
+                 else len(order))
   print(f"\nmachine: {machine()}")
-  print(f"command: python benchmarks/run_all.py{' --quick' if args.quick else ''}; "
+  print(f"command: python benchmarks/run_all.py{' '.join([''] + (argv or sys.argv[1:]))}; "
         f"took {time.time() - start:.0f} s\n")
   print_table(table, COLUMNS)
   _write(table)
   return 0
 
 
-def _render_saved() -> int:
+def _load_saved() -> dict[str, dict]:
+  """The rows of ``results/all.csv`` by task, without the derived comparisons."""
   from fedjax_dp.results import read_csv
 
   def number(v):
@@ -128,10 +136,16 @@ def _render_saved() -> int:
 
   rows = {}
   for r in read_csv(RESULTS / "all.csv"):
-    r = {k: number(v) for k, v in r.items() if v != "" and k not in ("vs", "note")}
+    r = {k: number(v) for k, v in r.items()
+         if v != "" and k not in ("vs", "note", "machine")}
     if "client_chunk" in r:
       r["client_chunk"] = int(r["client_chunk"])
     rows[r["task"]] = r
+  return rows
+
+
+def _render_saved() -> int:
+  rows = _load_saved()
   _notes(rows)
   table = list(rows.values())
   print_table(table, COLUMNS)

@@ -257,15 +257,37 @@ def w3(method: str, quick: bool, cohort: int) -> dict:
 # ----------------------------------------------------------------------------- W4
 
 
-def w4_config(rounds: int = 100, noise_sampling: str = "per_client"):
+def w4_sets(rounds: int = 100, noise_sampling: str = "per_client") -> list[str]:
   """Linear SVM on MNIST, 50 clients x 128 examples, all 50 per round, one full-batch
-  step with per-example clipping and UDP noise (Wei et al.'s SVM setting)."""
-  return config_lib.override(config_lib.base_config(), [
-      "data.name=mnist", f"data.dir={MNIST_DIR}", "data.num_clients=50",
-      "data.samples_per_client=128", "server.clients_per_round=50", "model.name=linear_svm",
-      "client.clip_mode=per_example_l2", "client.lr=0.5", f"rounds={rounds}",
-      "privacy.placement=upload", f"privacy.noise_sampling={noise_sampling}",
-      "server.client_chunk=-1", "progress=false"])
+  step with per-example clipping and UDP noise (Wei et al.'s SVM setting), as
+  ``--set`` overrides of the base config."""
+  return ["data.name=mnist", f"data.dir={MNIST_DIR}", "data.num_clients=50",
+          "data.samples_per_client=128", "server.clients_per_round=50",
+          "model.name=linear_svm", "client.clip_mode=per_example_l2", "client.lr=0.5",
+          f"rounds={rounds}", "privacy.placement=upload",
+          f"privacy.noise_sampling={noise_sampling}", "server.client_chunk=-1",
+          "progress=false"]
+
+
+def w4_config(rounds: int = 100, noise_sampling: str = "per_client"):
+  """:func:`w4_sets` applied to the base config."""
+  return config_lib.override(config_lib.base_config(), w4_sets(rounds, noise_sampling))
+
+
+def _cli_one_by_one(points, sets: list[str], tmp: str) -> None:
+  """Each point as its own ``fedjax-dp run`` process, as a shell loop or a job array
+  over points would run it (every process imports, loads the data and compiles)."""
+  import subprocess
+  config = Path(tmp) / "base_config.py"
+  config.write_text("from fedjax_dp.config import base_config\n\n\n"
+                    "def get_config():\n  return base_config()\n")
+  for p in points:
+    point_sets = [f"{k}={v}" for k, v in p.values.items()]
+    cmd = [sys.executable, "-m", "fedjax_dp.cli", "run", str(config),
+           "--out", str(Path(tmp) / p.name)]
+    for a in sets + point_sets:
+      cmd += ["--set", a]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
 
 
 def w4(method: str, quick: bool, noise_sampling: str = "per_client") -> dict:
@@ -279,12 +301,14 @@ def w4(method: str, quick: bool, noise_sampling: str = "per_client") -> dict:
   grid = {"privacy.epsilon": list(W4_EPSILONS), "seed": list(W4_SEEDS)}
   points = sweep.expand(cfg, grid)
   roofline = matmul_gflops()
-  files = method.endswith("_files")
+  files = method.endswith(("_files", "_cli"))
   with tempfile.TemporaryDirectory() as tmp:
     out = tmp if files else None
     start = time.perf_counter()
     if method.startswith("batched"):
       sweep.run_sweep(cfg, grid, out)
+    elif method == "one_by_one_cli":
+      _cli_one_by_one(points, w4_sets(noise_sampling=noise_sampling), tmp)
     else:
       for p in points:
         experiment.run(p.config, str(Path(tmp) / p.name) if files else None)
@@ -316,6 +340,7 @@ TASKS = {
     "W4/batched": lambda q: w4("batched", q), "W4/one_by_one": lambda q: w4("one_by_one", q),
     "W4/batched_files": lambda q: w4("batched_files", q),
     "W4/one_by_one_files": lambda q: w4("one_by_one_files", q),
+    "W4/one_by_one_cli": lambda q: w4("one_by_one_cli", q),
     "W4-agg/batched": lambda q: w4("batched", q, "aggregate"),
     "W4-agg/one_by_one": lambda q: w4("one_by_one", q, "aggregate"),
 }

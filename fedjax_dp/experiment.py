@@ -492,8 +492,10 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   if int(cfgs[0].server.client_chunk) == CLIENT_CHUNK_AUTO:
     # Resolve again for this group: each device holds num_cohorts / n_sweep cohorts'
     # lanes and k_slots / n_clients of their clients.
+    # One dataset's shapes: a client costs the same in stacked [D, U, ...] data, and
+    # build() already measured (and cached) these shapes.
     per_device = engine.client_chunk_for_memory(
-        model, round_cfg, data, k_slots // n_clients, lanes=num_lanes,
+        model, round_cfg, datasets[0], k_slots // n_clients, lanes=num_lanes,
         cohorts=1 if engine.cohorts_in_sequence() else num_cohorts // n_sweep)
     round_cfg = dataclasses.replace(round_cfg, client_chunk=per_device * n_clients)
   elif round_cfg.client_chunk and n_clients > 1:
