@@ -7,7 +7,7 @@ memory and its compile cache are its own; the machine's fp32 matmul roofline is
 measured inside each process, just before its timing. Prints one table and writes
 ``benchmarks/results/<workload>.csv`` plus ``benchmarks/results/all.csv`` and
 ``benchmarks/results/table.md``. ``--quick`` takes fewer repeats and skips the
-slowest baselines (about 7 minutes on 2 CPU cores; the full run about 12).
+slowest baselines; the full run takes about 12 minutes on 2 CPU cores.
 ``--only W3,W4/batched`` re-measures the tasks starting with those prefixes and
 keeps the saved rows of the others. The PyTorch rows need ``pip install
 torch==2.13.0`` (CPU wheel); without torch they are skipped.
