@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, machine, print_table, run_task  # noqa: E402
+from common import RESULTS, machine, print_table, run_task
 
 SCRIPT = Path(__file__).resolve().parent / "workloads.py"
 # (task, timeout in seconds); the order is the table's.

@@ -33,17 +33,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from common import MNIST_DIR, ROOT, matmul_gflops, peak_rss_mb, time_fn, training_gflop
 
-from common import (MNIST_DIR, ROOT, matmul_gflops, peak_rss_mb,  # noqa: E402
-                    time_fn, training_gflop)
-from fedjax_dp import client as client_lib  # noqa: E402
-from fedjax_dp import config as config_lib  # noqa: E402
-from fedjax_dp import engine, experiment  # noqa: E402
-from fedjax_dp.data.federated import build_federated_data  # noqa: E402
-from fedjax_dp.models import get_model  # noqa: E402
+from fedjax_dp import client as client_lib
+from fedjax_dp import config as config_lib
+from fedjax_dp import engine, experiment
+from fedjax_dp.data.federated import build_federated_data
+from fedjax_dp.models import get_model
 
 W2_CLIENTS, W2_PER_CLIENT, W2_COHORT, W2_STEPS, W2_BATCH = 1000, 50, 50, 5, 10
 W3_PER_CLIENT = 16

@@ -7,13 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import toy_federated
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine, experiment
 from fedjax_dp.models import get_model
-
-from _helpers import toy_federated
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "quickstart.py"
 
