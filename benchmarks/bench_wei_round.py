@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
+from common import MNIST_DIR, RESULTS, ROOT, machine, print_table, time_fn
 
-from common import MNIST_DIR, RESULTS, ROOT, machine, print_table, time_fn  # noqa: E402
-from fedjax_dp import config as config_lib  # noqa: E402
-from fedjax_dp import engine, experiment  # noqa: E402
-from fedjax_dp.privacy import clipping  # noqa: E402
-from fedjax_dp.results import write_csv  # noqa: E402
+from fedjax_dp import config as config_lib
+from fedjax_dp import engine, experiment
+from fedjax_dp.privacy import clipping
+from fedjax_dp.results import write_csv
 
 
 def main():
@@ -58,7 +58,7 @@ def main():
       return eval_fn(p, setup.x_test, setup.y_test)
 
     sec = time_fn(one_round, repeats=15)
-    rows.append(dict(what=f"round (K=50 x 800, train+eval), clip={clip_mode}", seconds=sec))
+    rows.append({"what": f"round (K=50 x 800, train+eval), clip={clip_mode}", "seconds": sec})
 
   # One client's full-batch step: 800 examples.
   x, y, w = data.x[0], data.y[0], data.mask[0]
@@ -85,8 +85,8 @@ def main():
   for name, f in (("non-private", nonprivate), ("ghost-clipped", ghost),
                   ("vmap per-example grads", materialised)):
     sec = base if f is nonprivate else time_fn(lambda: f(params), repeats=30)
-    rows.append(dict(what=f"1 client full-batch step (800 ex), {name}", seconds=sec,
-                     ratio_vs_nonprivate=sec / base))
+    rows.append({"what": f"1 client full-batch step (800 ex), {name}", "seconds": sec,
+                     "ratio_vs_nonprivate": sec / base})
   rows[0]["ratio_vs_nonprivate"] = rows[0]["seconds"] / rows[1]["seconds"]
   print(f"machine: {machine()}")
   print_table(rows, ["what", "seconds", "ratio_vs_nonprivate"])

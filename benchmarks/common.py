@@ -9,8 +9,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -84,11 +84,11 @@ def run_task(script: Path, args: Sequence[str], timeout: float) -> dict:
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, check=False)
   except subprocess.TimeoutExpired:
-    return dict(error=f"timed out after {timeout:.0f} s")
+    return {"error": f"timed out after {timeout:.0f} s"}
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
   if proc.returncode != 0 or not lines:
     tail = (proc.stderr or proc.stdout)[-800:]
-    return dict(error=f"exit {proc.returncode}: {tail}")
+    return {"error": f"exit {proc.returncode}: {tail}"}
   out = json.loads(lines[-1])
   out["task_wall_s"] = round(time.time() - start, 1)
   return out

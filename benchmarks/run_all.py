@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     if args.quick and task in QUICK_SKIP:
       continue
     if task.endswith("/torch") and not have_torch:
-      rows[task] = dict(task=task, error="torch not installed (pip install torch==2.13.0)")
+      rows[task] = {"task": task, "error": "torch not installed (pip install torch==2.13.0)"}
       continue
     print(f"[{time.time() - start:6.0f} s] {task} ...", flush=True)
     out = run_task(SCRIPT, [task] + (["--quick"] if args.quick else []), timeout)

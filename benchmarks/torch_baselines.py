@@ -9,7 +9,7 @@ plain tensor ops. CPU only: ``pip install torch==2.13.0`` (benchmark-only extra)
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

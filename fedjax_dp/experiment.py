@@ -74,11 +74,11 @@ def _partition(cfg, labels):
   d = cfg.data
   kwargs: dict[str, Any] = {}
   if d.partition == "iid":
-    kwargs = dict(samples_per_client=d.samples_per_client)
+    kwargs = {"samples_per_client": d.samples_per_client}
   elif d.partition == "k_classes":
-    kwargs = dict(k=d.classes_per_client, samples_per_client=d.samples_per_client)
+    kwargs = {"k": d.classes_per_client, "samples_per_client": d.samples_per_client}
   elif d.partition == "dirichlet":
-    kwargs = dict(alpha=d.alpha, samples_per_client=d.samples_per_client or None)
+    kwargs = {"alpha": d.alpha, "samples_per_client": d.samples_per_client or None}
   elif d.partition == "unbalanced":
     sizes = list(d.group_sizes)
     if d.num_clients % len(sizes):
@@ -89,7 +89,7 @@ def _partition(cfg, labels):
     return partition(labels, "unbalanced", d.num_clients, cfg.seed,
                      sizes=[s for s in sizes for _ in range(per)])
   elif d.partition == "label_skew":
-    kwargs = dict(s=d.skew, samples_per_client=d.samples_per_client)
+    kwargs = {"s": d.skew, "samples_per_client": d.samples_per_client}
   return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)
 
 
@@ -247,14 +247,14 @@ class RunLoop:
     if p.evaluate:
       self.test = tuple(float(v) for v in test)
     test_loss, test_acc = self.test
-    row = dict(
-        round=self.t + 1, test_loss=test_loss if p.evaluate else "",
-        test_accuracy=test_acc if p.evaluate else "",
-        train_loss=float(metrics["train_loss"]), grad_norm=float(metrics["grad_norm"]),
-        update_norm=float(metrics["update_norm"]), num_selected=int(metrics["num_selected"]),
-        noise_mean=float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
-        horizon=p.plan.horizon, epsilon_claimed=self.privacy.claimed_epsilon(self.acct),
-        epsilon_certified=p.certified, wall_s=round(wall, 3))
+    row = {
+        "round": self.t + 1, "test_loss": test_loss if p.evaluate else "",
+        "test_accuracy": test_acc if p.evaluate else "",
+        "train_loss": float(metrics["train_loss"]), "grad_norm": float(metrics["grad_norm"]),
+        "update_norm": float(metrics["update_norm"]), "num_selected": int(metrics["num_selected"]),
+        "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
+        "horizon": p.plan.horizon, "epsilon_claimed": self.privacy.claimed_epsilon(self.acct),
+        "epsilon_certified": p.certified, "wall_s": round(wall, 3)}
     self.rows.append(row)
     if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
       self.status, self.diverged_round, self.running = "diverged", self.t + 1, False

@@ -28,7 +28,8 @@ from (seed, round, client id), never from a device or a position.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np

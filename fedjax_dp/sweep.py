@@ -234,9 +234,9 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   point_dirs = [out / "points" / p.name if out else None for p in points]
   done = [bool(out) and _finished(p.config, d) for p, d in zip(points, point_dirs)]
   if out and sharding.is_primary():
-    results.write_json(out / "sweep.json", dict(
-        config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
-        points=[dict(name=p.name, values=p.values) for p in points]))
+    results.write_json(out / "sweep.json", {
+        "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
+        "points": [{"name": p.name, "values": p.values} for p in points]})
 
   # Every pending run: plain points, and each optimal_t point's candidates (one
   # constant-schedule run per T; finished candidates of an interrupted sweep are
@@ -288,9 +288,9 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     rows.extend(_sweep_rows(p, source))
   if out and sharding.is_primary():
     results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS])
-    results.write_json(out / "sweep.json", dict(
-        config=cfg.to_dict(), grid={k: list(v) for k, v in grid.items()}, sets=list(sets),
-        points=[dict(name=p.name, values=p.values) for p in points],
-        last_invocation=dict(ran=len(pending), skipped=len(points) - len(pending),
-                             wall_seconds=round(time.time() - start, 3))))
+    results.write_json(out / "sweep.json", {
+        "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
+        "points": [{"name": p.name, "values": p.values} for p in points],
+        "last_invocation": {"ran": len(pending), "skipped": len(points) - len(pending),
+                             "wall_seconds": round(time.time() - start, 3)}})
   return rows

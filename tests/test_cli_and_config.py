@@ -8,9 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedjax_dp import cli
+from fedjax_dp import cli, experiment
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment
 from fedjax_dp.privacy import accounting, formulas
 
 ROOT = Path(__file__).resolve().parents[1]

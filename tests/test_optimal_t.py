@@ -69,7 +69,7 @@ def test_optimal_t_keeps_the_lowest_final_loss_and_equals_the_constant_run(tmp_p
 
 def test_select_never_picks_a_diverged_candidate():
   def result(loss):
-    return experiment.RunResult([], dict(final_test_loss=loss, status="x"), None)
+    return experiment.RunResult([], {"final_test_loss": loss, "status": "x"}, None)
 
   cfg = _optimal()
   chosen = optimal_t.select(cfg, [(2, result(float("nan"))), (4, result(0.7)),

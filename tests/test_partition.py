@@ -5,11 +5,19 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedjax_dp.data import PARTITIONERS, partition
 from fedjax_dp.data.partition import (
-    adpfl_skews, dirichlet, group_sizes, iid, k_classes, label_skew, unbalanced)
+  adpfl_skews,
+  dirichlet,
+  group_sizes,
+  iid,
+  k_classes,
+  label_skew,
+  unbalanced,
+)
 
 FAST = settings(max_examples=30, deadline=None)
 
@@ -133,11 +141,11 @@ def test_label_skew_properties(num_classes, per_client_class, size, data, seed):
 
 LABELS = balanced_labels(10, 300)
 CASES = {
-    "iid": dict(samples_per_client=50),
-    "k_classes": dict(k=4, samples_per_client=40),
-    "dirichlet": dict(alpha=0.5, samples_per_client=50),
-    "unbalanced": dict(groups=(40, 60, 80, 100, 120)),
-    "label_skew": dict(s=0.5, samples_per_client=50),
+    "iid": {"samples_per_client": 50},
+    "k_classes": {"k": 4, "samples_per_client": 40},
+    "dirichlet": {"alpha": 0.5, "samples_per_client": 50},
+    "unbalanced": {"groups": (40, 60, 80, 100, 120)},
+    "label_skew": {"s": 0.5, "samples_per_client": 50},
 }
 
 
@@ -227,8 +235,8 @@ def test_dispatcher_errors_name_the_field():
 
 def test_too_many_samples_fails_before_heavy_work():
   start = time.perf_counter()
-  for method, kw in [("iid", {}), ("dirichlet", dict(alpha=1.0)), ("label_skew", dict(s=0.3)),
-                     ("k_classes", dict(k=2))]:
+  for method, kw in [("iid", {}), ("dirichlet", {"alpha": 1.0}), ("label_skew", {"s": 0.3}),
+                     ("k_classes", {"k": 2})]:
     with pytest.raises(ValueError, match=r"data\.(samples_per_client|num_clients)"):
       partition(LABELS, method, 40, 0, samples_per_client=10**6, **kw)
   with pytest.raises(ValueError, match=r"data\.samples_per_client"):

@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules import (SCHEDULES, NoiseContext, config_fields, constant, crd,
-                                 get_schedule, linear_decay)
+from fedjax_dp.schedules import (
+  SCHEDULES,
+  NoiseContext,
+  config_fields,
+  constant,
+  crd,
+  get_schedule,
+  linear_decay,
+)
 
 DELTA = 1e-3
 Q = 0.6

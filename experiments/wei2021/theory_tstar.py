@@ -124,12 +124,12 @@ def main():
                                   clients_per_round=int(cfg.server.clients_per_round),
                                   dim=dim, version=version)
         t_star = wei.optimal_rounds(coeffs)
-        rows.append(dict(setting=name, epsilon=eps, version=version,
-                         predicted_T=round(float(t_star), 2), empirical_best_T=best.get(eps),
-                         eta_run=float(cfg.client.lr), eta_theory=eta,
-                         L=consts.smoothness, mu=consts.pl, D0=consts.initial_gap,
-                         divergence=consts.divergence, contraction_A=coeffs.contraction,
-                         c0=coeffs.c0, c1=coeffs.c1, sensitivity=sens, dim=dim))
+        rows.append({"setting": name, "epsilon": eps, "version": version,
+                         "predicted_T": round(float(t_star), 2), "empirical_best_T": best.get(eps),
+                         "eta_run": float(cfg.client.lr), "eta_theory": eta,
+                         "L": consts.smoothness, "mu": consts.pl, "D0": consts.initial_gap,
+                         "divergence": consts.divergence, "contraction_A": coeffs.contraction,
+                         "c0": coeffs.c0, "c1": coeffs.c1, "sensitivity": sens, "dim": dim})
   table = pd.DataFrame(rows)
   common.write(table, "theory_tstar")
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))

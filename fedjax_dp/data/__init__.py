@@ -1,11 +1,24 @@
 """Datasets (embedded default, tfds, local files), partitioners and device-resident data."""
 
 from fedjax_dp.data.datasets import (
-    DATASETS, Dataset, DatasetUnavailableError, binary_labels, load_dataset)
+    DATASETS,
+    Dataset,
+    DatasetUnavailableError,
+    binary_labels,
+    load_dataset,
+)
 from fedjax_dp.data.federated import FederatedData, build_federated_data, gather_clients
 from fedjax_dp.data.partition import PARTITIONERS, partition
 
 __all__ = [
-    "DATASETS", "Dataset", "DatasetUnavailableError", "FederatedData", "PARTITIONERS",
-    "binary_labels", "build_federated_data", "gather_clients", "load_dataset", "partition",
+    "DATASETS",
+    "PARTITIONERS",
+    "Dataset",
+    "DatasetUnavailableError",
+    "FederatedData",
+    "binary_labels",
+    "build_federated_data",
+    "gather_clients",
+    "load_dataset",
+    "partition",
 ]

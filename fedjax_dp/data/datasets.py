@@ -23,7 +23,8 @@ import gzip
 import os
 import pickle
 import re
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -8,7 +8,8 @@ so the selected ids can be a traced array and changing them never recompiles.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

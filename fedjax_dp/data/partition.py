@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

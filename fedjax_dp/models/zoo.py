@@ -15,7 +15,8 @@ ghost-clip that part of the network.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Sequence, Union
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Union
 
 import flax.linen as nn
 

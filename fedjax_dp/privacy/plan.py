@@ -143,8 +143,8 @@ class PrivacyPlan:
       if self.mechanism == "gaussian":
         z = z / math.sqrt(self.steps)
     level = "client" if self.placement == "central" else "example"
-    kw: dict[str, Any] = dict(mechanism=self.mechanism, noise_multiplier=z,
-                              relation="replace_one", level=level)
+    kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
+                              "relation": "replace_one", "level": level}
     if self.placement == "step" and self.mechanism == "laplace":
       kw["noise_multiplier"] = z / self.steps  # pure-eps composition of E steps
     if self.selection == "all" or self.q >= 1:
@@ -226,14 +226,14 @@ class PrivacyPlan:
   def describe(self) -> dict[str, Any]:
     """A JSON-able summary for ``summary.json``."""
     ev = None if self.noiseless else self.event(np.ones(1))
-    return dict(
-        mechanism=self.mechanism, placement=self.placement, formula=self.formula,
-        delta=self.delta, q=self.q, selection=self.selection, steps=self.steps,
-        sensitivity_min=float(np.min(self.sensitivity)),
-        sensitivity_max=float(np.max(self.sensitivity)),
-        accounting=None if ev is None else dict(
-            sampling=ev.sampling, relation=ev.relation, level=ev.level,
-            accountant="rdp (certified, worst client)"))
+    return {
+        "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
+        "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
+        "sensitivity_min": float(np.min(self.sensitivity)),
+        "sensitivity_max": float(np.max(self.sensitivity)),
+        "accounting": None if ev is None else {
+            "sampling": ev.sampling, "relation": ev.relation, "level": ev.level,
+            "accountant": "rdp (certified, worst client)"}}
 
 
 def selection_probability(cfg) -> float:

@@ -12,7 +12,8 @@ They never touch device arrays; ``metrics`` is a dict of Python floats.
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 

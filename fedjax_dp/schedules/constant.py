@@ -7,7 +7,8 @@ fixed horizon T (for ``privacy.formula='wei_eq10'`` that is eq. (10),
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
