@@ -113,7 +113,7 @@ def test_sweep_lanes_get_their_own_aggregate_noise():
                                 *[_args(np.asarray(NOISE) * s) for s in scales])
   new, _ = round_fn(stacked(params), data, args, np.ones((1, 3), bool))
   new = jax.device_get(new)
-  lane = [_leaves(jax.tree_util.tree_map(lambda a: a[0, i], new)) for i in range(3)]
+  lane = [_leaves(jax.tree_util.tree_map(lambda a, i=i: a[0, i], new)) for i in range(3)]
   base = _theory_std(data, NOISE, "normalized")
   for i in (1, 2):
     np.testing.assert_allclose((lane[i] - lane[0]).std(), scales[i] * base, rtol=0.03)
