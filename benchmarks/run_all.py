@@ -74,7 +74,7 @@ def _notes(rows: dict[str, dict]) -> None:
     r = ratio(batched, base, "total_s")
     if r is not None:
       rows[batched].setdefault("vs", []).append(f"{r:.1f}x faster end to end than {label}")
-  for key, row in rows.items():
+  for row in rows.values():
     if isinstance(row.get("vs"), list):
       row["vs"] = "; ".join(row["vs"])
     notes = []

@@ -1,5 +1,7 @@
 """Clipping bounds hold for every input; noise has the right distribution."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,9 +76,9 @@ def test_ghost_matches_materialised_per_example_clipping():
   w = jnp.asarray((np.arange(16) < 13).astype(np.float32))
   grads = clipping.per_example_grads_reference(model, params, x, y)
   for ord in (1, 2):
-    norms = jax.vmap(lambda g: clipping.tree_norm(g, ord))(grads)
+    norms = jax.vmap(functools.partial(clipping.tree_norm, ord=ord))(grads)
     c = clipping.clip_factor(norms, 0.3) * w
-    want = jax.tree_util.tree_map(lambda g: jnp.tensordot(c, g, axes=1), grads)
+    want = jax.tree_util.tree_map(functools.partial(jnp.tensordot, c, axes=1), grads)
     got, _, got_norms = clipping.per_example_clipped_grad_sum(model, params, x, y, w, 0.3, ord)
     np.testing.assert_allclose(np.asarray(got_norms)[:13], np.asarray(norms)[:13], rtol=1e-4)
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):

@@ -52,7 +52,7 @@ def mlp_config(regime: str = "noise", q: float = 1.0, rounds: int = 200):
   cfg = config_lib.load_config(ROOT / "experiments" / "configs" / "wei_mnist_mlp.py")
   cfg.data.dir = MNIST_DIR
   cfg.data.samples_per_client = SAMPLES[regime]
-  cfg.server.clients_per_round = int(round(50 * q))
+  cfg.server.clients_per_round = round(50 * q)
   cfg.rounds = rounds
   cfg.privacy.noise_sampling = "aggregate"
   cfg.schedule.t_grid = T_GRID
