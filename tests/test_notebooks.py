@@ -38,3 +38,14 @@ def test_wei2021_crd_notebook_is_valid():
                  "shared/datasets/mnist", "privacy.noise_sampling=aggregate",
                  "data.samples_per_client=100", "eval.every=1"):
     assert needle in source, needle
+
+
+def test_every_notebook_starts_with_the_same_colab_setup_cell():
+  # Notebooks open on Colab as they are: the first code cell installs the package there
+  # (and does nothing elsewhere); every notebook carries the same cell.
+  firsts = []
+  for path in NOTEBOOKS:
+    nb = nbformat.read(path, as_version=4)
+    firsts.append(next(c.source for c in nb.cells if c.cell_type == "code"))
+  assert firsts and all('"google.colab" in sys.modules' in s for s in firsts)
+  assert len(set(firsts)) == 1
