@@ -91,6 +91,18 @@ def test_theorem4_optimum_is_wrong_below_z_one():
     assert fu.asymptotic_objective(printed, t, z) > fu.asymptotic_objective(1.0, t, z)
 
 
+@pytest.mark.parametrize("z", [0.0, 0.5, 1.0, 1.5, 2.0])
+def test_rate_exponent_matches_the_slope_of_the_optimised_objective(z):
+  ts = np.array([1e4, 1e6])
+  best = [min(fu.asymptotic_objective(fu.optimal_local_steps_asymptotic(t, z), t, z),
+              fu.asymptotic_objective(1.0, t, z)) for t in ts]
+  slope = math.log(best[1] / best[0]) / math.log(ts[1] / ts[0])
+  assert slope == pytest.approx(fu.rate_exponent(z), abs=0.02)
+  assert fu.rate_exponent(2.0, "printed") == pytest.approx(1 / 3)
+  if 0 < z < 1:  # Theorem 4 as printed claims a slower rate than E = 1 achieves
+    assert fu.rate_exponent(z, "printed") > fu.rate_exponent(z)
+
+
 def test_closed_form_e_star_tracks_the_exhaustive_optimum_of_the_bound():
   """The derived E* ~ T^(2/3) (Laplace) vs brute force over integer E of Theorem 3's bound."""
   c = _consts(het=0.0)

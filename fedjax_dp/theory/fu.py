@@ -32,7 +32,7 @@ Theorems 4-5 (eq. (4)): keeping only the powers of ``E`` and ``T``,
 (``T^(2/3)`` for Laplace) balances the two terms. It is the minimiser only for
 ``z > 1`` (Theorem 5); for ``z <= 1`` both terms grow with ``E`` and ``E* = 1``
 (spec E7: Theorem 4's optimum is wrong). :func:`optimal_local_steps_asymptotic`
-gives both readings. With the constants kept (spec section 3.4, derived)::
+and :func:`rate_exponent` give both readings. With the constants kept (spec section 3.4, derived)::
 
   E* = ((z - 1) C_M / (2 G^2 kappa))^(1/(z+1)) T^(z/(z+1)),    kappa = 8 + 4 (N - b) / ((N - 1) b),
 
@@ -243,6 +243,22 @@ def optimal_local_steps_asymptotic(total_steps, z: float, version: str = "correc
   else:
     e = ((z - 1) / 2) ** (1 / (z + 1)) * t ** (z / (z + 1))
   return _f(np.clip(e, 1.0, np.maximum(t, 1.0)))
+
+
+def rate_exponent(z: float, version: str = "corrected") -> float:
+  """The exponent ``r`` of ``min_E Y_T = O(T^r)`` (Theorems 4-5).
+
+  ``'printed'``: ``(z - 1) / (z + 1)`` for every ``z`` (Theorem 4's "fastest
+  convergence rate", Theorem 5's "lowest divergence rate"; Laplace ``1/3``).
+  ``'corrected'``: the same for ``z > 1``; for ``z <= 1`` the optimum ``E = 1``
+  gives ``O(1/T) + O(T^(z-1))``, i.e. ``max(-1, z - 1)`` (spec E7: faster than
+  printed for ``0 < z < 1``; ``0``, a constant, for the Gaussian's ``z = 1``).
+  """
+  if version not in VERSIONS:
+    raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
+  if version == "printed" or z > 1:
+    return (z - 1) / (z + 1)
+  return max(-1.0, z - 1)
 
 
 def optimal_local_steps(total_steps, constants: FuConstants, *, mech_constant: float, z: float,
