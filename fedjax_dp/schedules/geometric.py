@@ -170,8 +170,8 @@ def eq9_factor(theta: float, m: int, new_rounds: int) -> float:
   ``theta = 1``: ``M'``; ``theta < 1``: ``(theta^(1-m) - theta + theta^(m-M')) / (1 - theta)``
   (wrong, spec E9: it is ``S_m + 1/(1-theta)`` at ``M' = m = M`` instead of ``S_M``).
   """
-  if theta > 1:
-    return (theta - theta ** (1 - m)) / (theta - 1) + new_rounds - m
+  if theta > 1:  # S_m + M' - m, with S_m evaluated stably near theta = 1
+    return float(formulas.yuan_geometric_sum(theta, m)) + new_rounds - m
   if theta == 1:
     return float(new_rounds)
   return (theta ** (1 - m) - theta + theta ** (m - new_rounds)) / (1 - theta)
