@@ -103,6 +103,18 @@ def test_geometric_base_is_eq8_printed_and_corrected(theta):
     assert state.base[2] == 0.0
 
 
+def test_geometric_base_matches_certified_calibration_without_subsampling():
+  """With full participation the certified RDP accountant composes Gaussians as
+  sum sigma^-2, so rescaling the calibrated constant noise by sqrt(S_M / M) is the
+  certified geometric calibration (calibration.calibrate_noise_multiplier, ratio
+  sqrt(theta) on the std)."""
+  from fedjax_dp.privacy import calibration
+  z_const = calibration.calibrate_noise_multiplier(8.0, DELTA, 30)
+  for theta in (0.9, 1.05):
+    z_geo = calibration.calibrate_noise_multiplier(8.0, DELTA, 30, ratio=math.sqrt(theta))
+    assert geometric.base_from_constant(z_const, 30, theta) == pytest.approx(z_geo, rel=1e-5)
+
+
 def test_geometric_reference_values_and_monotonicity():
   """Spec section 3 table and checklist item 3 (Delta_s = 1/60, q = 0.1, eps = 10)."""
   sig = [float(geometric.yuan_base_sigma(10.0, DELTA, Q, 30, th, 1 / 60)) for th in THETAS]

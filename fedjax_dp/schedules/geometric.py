@@ -19,7 +19,12 @@ of spec E4. :func:`yuan_base_sigma` computes either directly from the privacy
 targets (``formulas.yuan_sigma_eq8`` / ``yuan_sigma_eq8_corrected``) so that the
 engine wiring can choose. The ``sum sigma^-2`` view is the paper's accountant
 (eqs. (16)-(17)); it is exact for Gaussian noise without subsampling and a
-heuristic for ``q < 1`` (spec E6). It does not apply to Laplace noise.
+heuristic for ``q < 1`` (spec E6). With full participation the certified RDP
+accountant composes the same way, so for ``privacy.formula = 'calibrated'`` the
+base is the certified geometric calibration
+(``calibration.calibrate_noise_multiplier(..., ratio=sqrt(theta))``, a test);
+with subsampling it is not, and the run's certified epsilon is what counts. It
+does not apply to Laplace noise (the config refuses the combination).
 
 Online refinement (Section III-D, Theorem 2; ``schedule.refine = 1``). The
 server watches the test loss of the global model. The rule, which the paper
