@@ -91,6 +91,15 @@ def base_config() -> ConfigDict:
   c.schedule.zeta = 0.001          # crd: trigger threshold on the test-loss decrease
   c.schedule.decay_fraction = 0.5  # linear_decay: share of sigma_0 removed over T0 rounds
   c.schedule.decay_floor = 0.1     # linear_decay: lowest sigma as a fraction of sigma_0
+  c.schedule.theta = 1.0           # geometric (Yuan eq. (6)): variance ratio per round
+  c.schedule.refine = 0.0          # geometric: 1 = online refinement of Theorem 2
+  c.schedule.alpha_d = 0.9         # geometric: on a trigger M' = ceil(alpha_d M)
+  c.schedule.refine_patience = 1.0  # geometric: non-decreasing rounds before a trigger
+  c.schedule.refine_tol = 0.0      # geometric: "stops decreasing" = loss >= previous - tol
+  c.schedule.refine_exact = 0.0    # geometric: 0 = eq. (9) as printed, 1 = budget-exact
+  c.schedule.k = 0.7               # adpfl (eq. (15)): sigma <- k sigma when the score stalls
+  c.schedule.alpha = 0.005         # adpfl: stall = validation-accuracy gain <= alpha
+  c.schedule.adjust_every = 1.0    # adpfl: rounds between two adjustment checks
   c.schedule.t_grid = ()           # optimal_t: T values searched; () = 10, 20, ..., rounds
 
   c.eval = ConfigDict()
@@ -224,5 +233,15 @@ def validate(cfg: ConfigDict) -> None:
       raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
     raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
+  if cfg.schedule.name == "geometric":
+    if cfg.privacy.mechanism != "gaussian":
+      raise ConfigError("schedule.name='geometric' spreads a Gaussian budget (sum of "
+                        "sigma^-2, Yuan eq. (16)): privacy.mechanism="
+                        f"{cfg.privacy.mechanism!r} is not bounded by it")
+    if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
+      raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1")
+  if cfg.schedule.name == "adpfl" and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
+    raise ConfigError(f"schedule.name='adpfl' reads the accuracy every schedule.adjust_every="
+                      f"{cfg.schedule.adjust_every} rounds: eval.every must divide it")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError("privacy.noise_multiplier must be >= 0")

@@ -61,8 +61,9 @@ def test_registry_and_config_fields():
   assert get_schedule("crd") is crd.SCHEDULE
   with pytest.raises(ValueError, match="schedule.name"):
     get_schedule("nope")
-  assert config_fields() == {"schedule.beta": 0.9, "schedule.zeta": 0.001,
-                             "schedule.decay_fraction": 0.5, "schedule.decay_floor": 0.1}
+  # the union over all schedules (other schedules add their own fields)
+  assert {"schedule.beta": 0.9, "schedule.zeta": 0.001, "schedule.decay_fraction": 0.5,
+          "schedule.decay_floor": 0.1}.items() <= config_fields().items()
   assert config_fields("constant") == {}
   assert config_fields("crd") == {"schedule.beta": 0.9, "schedule.zeta": 0.001}
 

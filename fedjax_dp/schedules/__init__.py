@@ -2,13 +2,15 @@
 
 from collections.abc import Mapping
 
-from fedjax_dp.schedules import constant, crd, linear_decay
+from fedjax_dp.schedules import adpfl, constant, crd, geometric, linear_decay
 from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
 
 SCHEDULES: dict[str, Schedule] = {
     "constant": constant.SCHEDULE,
     "crd": crd.SCHEDULE,
     "linear_decay": linear_decay.SCHEDULE,
+    "geometric": geometric.SCHEDULE,
+    "adpfl": adpfl.SCHEDULE,
 }
 
 # Each schedule's parameters and their defaults, read from ``NoiseContext.params``
@@ -17,6 +19,8 @@ SCHEDULE_PARAMS: dict[str, Mapping[str, float]] = {
     "constant": {},
     "crd": crd.PARAMS,
     "linear_decay": linear_decay.PARAMS,
+    "geometric": geometric.PARAMS,
+    "adpfl": adpfl.PARAMS,
 }
 
 
