@@ -82,3 +82,26 @@ def test_bad_input():
   with pytest.raises(ValueError, match="at least one example"):
     het.wasserstein_distances(np.array([[1, 1], [0, 0]]))
   np.testing.assert_array_equal(het.selection_scores(np.zeros(3)), np.ones(3))
+
+
+MNIST_DIR = "../shared/datasets/mnist"
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir(MNIST_DIR), reason="real MNIST not found")
+def test_adpfl_mnist_federation_heterogeneity():
+  """A-DPFL's MNIST setting (N = 1000, spec 5.2): 60 examples each, W_i from s_i."""
+  from fedjax_dp.data import load_dataset
+  from fedjax_dp.data.partition import adpfl_skews
+  y = load_dataset("mnist", MNIST_DIR).y_train
+  skews = adpfl_skews(1000, seed=0)
+  parts = label_skew(y, 1000, skews, seed=0, remainder="all")
+  assert {len(p) for p in parts} == {60}
+  out = het.client_heterogeneity(y, parts)
+  # A point mass on one class is at TV ~0.9 from the near-balanced global marginal.
+  assert np.all(out["distances"][skews == 1.0] > 0.88)
+  # W grows with the skew level: mean W per level is increasing.
+  levels = np.unique(skews)
+  means = [out["distances"][skews == s].mean() for s in levels]
+  assert np.all(np.diff(means) > 0)
+  top = np.argsort(-out["probabilities"])[:100]  # the spec's top-K with K = 0.1 N
+  assert skews[top].mean() < skews.mean()
