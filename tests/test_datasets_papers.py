@@ -14,19 +14,19 @@ from fedjax_dp.data import load_dataset, partition, tabular
 from fedjax_dp.data.datasets import DatasetUnavailableError
 
 ADULT_ROWS = [
-    "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, "
-    "Male, 2174, 0, 40, United-States, <=50K",
-    "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, "
-    "White, Male, 0, 0, 13, United-States, >50K",
-    "38, Private, 215646, HS-grad, 9, Divorced, ?, Not-in-family, Black, Female, 0, 0, 40, "
-    "Cuba, <=50K",
+    ("39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, "
+     "Male, 2174, 0, 40, United-States, <=50K"),
+    ("50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, "
+     "White, Male, 0, 0, 13, United-States, >50K"),
+    ("38, Private, 215646, HS-grad, 9, Divorced, ?, Not-in-family, Black, Female, 0, 0, 40, "
+     "Cuba, <=50K"),
 ]
 ADULT_TEST_ROWS = [
     "|1x3 Cross validator",
-    "25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, "
-    "0, 0, 40, United-States, <=50K.",
-    "44, Private, 160323, Some-college, 10, Married-civ-spouse, Machine-op-inspct, Husband, "
-    "Black, Male, 7688, 0, 40, Peru, >50K.",
+    ("25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, "
+     "0, 0, 40, United-States, <=50K."),
+    ("44, Private, 160323, Some-college, 10, Married-civ-spouse, Machine-op-inspct, Husband, "
+     "Black, Male, 7688, 0, 40, Peru, >50K."),
 ]
 
 
@@ -86,8 +86,8 @@ def write_loans(path, n=60, seed=0):
   sub = [g + str(rng.integers(1, 6)) for g in grade]
   rate = np.array([5 + 4 * "ABCDEFG".index(g) for g in grade]) + rng.normal(0, 0.5, n)
   mostly_missing = np.where(rng.random(n) < 0.9, np.nan, 1.0)
-  lines = ["rownames,emp_title,state,annual_income,homeownership,grade,sub_grade,"
-           "debt_to_income_joint,loan_amount,interest_rate"]
+  lines = [("rownames,emp_title,state,annual_income,homeownership,grade,sub_grade,"
+            "debt_to_income_joint,loan_amount,interest_rate")]
   for i in range(n):
     income = "" if i % 7 == 0 else f"{rng.integers(20, 200) * 1000}"
     lines.append(f"{i},job{i},CA,{income},{rng.choice(['RENT', 'OWN'])},{grade[i]},{sub[i]},"

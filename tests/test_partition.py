@@ -1,5 +1,6 @@
 """Partitioners: property tests (hypothesis) and the papers' settings."""
 
+import itertools
 import math
 import time
 
@@ -307,7 +308,7 @@ def test_sorted_by_target_bands_and_float_targets():
   parts = sorted_by_target(targets, 10, 80, seed=1)
   assert_disjoint_valid(parts, 1000)
   assert [len(p) for p in parts] == [80] * 10
-  for a, b in zip(parts[:-1], parts[1:]):
+  for a, b in itertools.pairwise(parts):
     assert targets[a].max() <= targets[b].min()
   # With every record used, the bands are exactly the sorted order.
   full = sorted_by_target(targets, 10)

@@ -218,7 +218,7 @@ def load_lending_club(data_dir: str | None = None, seed: int = 0):
     raise TabularUnavailable(f"the Lending Club table has no {LENDING_CLUB_TARGET!r} column.")
   df = df[df[LENDING_CLUB_TARGET].notna()].reset_index(drop=True)
   perm = np.random.default_rng(seed).permutation(len(df))
-  n_test = int(round(LENDING_CLUB_TEST_FRACTION * len(df)))
+  n_test = round(LENDING_CLUB_TEST_FRACTION * len(df))
   test, train = df.iloc[np.sort(perm[:n_test])], df.iloc[np.sort(perm[n_test:])]
   y_train = train[LENDING_CLUB_TARGET].to_numpy(np.float32)
   y_test = test[LENDING_CLUB_TARGET].to_numpy(np.float32)
