@@ -229,8 +229,9 @@ def _load_base(name: str, data_dir: str | None) -> Dataset:
 @functools.lru_cache(maxsize=2)  # CIFAR-10 as float32 is ~740 MB: keep the cache small
 def _load_base_cached(name: str, data_dir: str | None) -> Dataset:
   ds = _load_base(name, data_dir)
-  for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
-    a.flags.writeable = False  # shared between callers: an in-place edit would leak
+  for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.train_groups):
+    if a is not None:
+      a.flags.writeable = False  # shared between callers: an in-place edit would leak
   return ds
 
 
