@@ -205,6 +205,9 @@ def validate(cfg: ConfigDict) -> None:
   u, k = int(cfg.data.num_clients), int(cfg.server.clients_per_round)
   if u < 1:
     raise ConfigError(f"data.num_clients must be >= 1, got {u}")
+  if cfg.data.get("skew_scheme", "constant") not in SKEW_SCHEMES:
+    raise ConfigError(f"data.skew_scheme: unknown {cfg.data.skew_scheme!r}; known: "
+                      f"{list(SKEW_SCHEMES)}")
   if cfg.server.selection in ("uniform", "round_robin") and not 1 <= k <= u:
     raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
                       f"(U={u})]")
@@ -235,8 +238,5 @@ def validate(cfg: ConfigDict) -> None:
       raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
     raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
-  if cfg.data.get("skew_scheme", "constant") not in SKEW_SCHEMES:
-    raise ConfigError(f"data.skew_scheme: unknown {cfg.data.skew_scheme!r}; known: "
-                      f"{list(SKEW_SCHEMES)}")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError("privacy.noise_multiplier must be >= 0")
