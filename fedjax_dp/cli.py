@@ -31,7 +31,11 @@ def _cmd_run(args) -> int:
     print("optimal_t: final test loss per T: " + ", ".join(
         f"T={r['rounds']}: {r['final_test_loss']:.4f}" for r in s["optimal_t"]
         if r["final_test_loss"] is not None) + f"; best T = {s['best_rounds']}")
-  print(f"final test accuracy {acc if acc is None else f'{acc:.4f}'} after {s['rounds_run']} "
+  metric = f"final test accuracy {acc if acc is None else f'{acc:.4f}'}"
+  if s.get("task") == "regression":  # no accuracy: test_loss is the test MSE
+    mse = s["final_test_loss"]
+    metric = f"final test MSE {mse if mse is None else f'{mse:.4f}'}"
+  print(f"{metric} after {s['rounds_run']} "
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
         f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}; outputs in {args.out}")
   return 0 if s["status"] != "diverged" else 3

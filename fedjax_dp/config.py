@@ -24,6 +24,9 @@ from fedjax_dp.schedules import SCHEDULES
 ConfigDict = ml_collections.ConfigDict
 
 
+SKEW_SCHEMES = ("constant", "adpfl_uniform", "adpfl_even")
+
+
 class ConfigError(ValueError):
   """A config field has a bad value; the message names the field."""
 
@@ -38,13 +41,21 @@ def base_config() -> ConfigDict:
   c.data = ConfigDict()
   c.data.name = "digits"         # digits | mnist | fashion_mnist | cifar10 | mnist_binary_0v1 ...
   c.data.dir = config_dict.placeholder(str)   # local dir with the standard files
-  c.data.partition = "iid"       # iid | k_classes | dirichlet | unbalanced | label_skew
+  # iid | k_classes | dirichlet | unbalanced | label_skew | writer_like | sorted | natural
+  c.data.partition = "iid"
   c.data.num_clients = 10        # U
   c.data.samples_per_client = 100
   c.data.classes_per_client = 4  # k_classes
   c.data.alpha = 0.5             # dirichlet
   c.data.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
   c.data.skew = 0.8              # label_skew: fraction s from the dominant label
+  c.data.skews = ()              # label_skew: one s per client (overrides skew)
+  # label_skew: constant (skew / skews) | adpfl_uniform (s_i iid from {0, .1, .., 1},
+  # A-DPFL spec 5.2) | adpfl_even (those levels spread evenly over the clients)
+  c.data.skew_scheme = "constant"
+  c.data.skew_remainder = "others"  # label_skew: rest from other labels | all (spec 5.2)
+  c.data.size_sigma = 0.6        # writer_like: log-normal spread of the client sizes
+  c.data.dominance = 0.8         # writer_like: share from classes_per_client classes
 
   c.model = ConfigDict()
   c.model.name = "mlp_784_256_10"
@@ -203,6 +214,9 @@ def validate(cfg: ConfigDict) -> None:
   u, k = int(cfg.data.num_clients), int(cfg.server.clients_per_round)
   if u < 1:
     raise ConfigError(f"data.num_clients must be >= 1, got {u}")
+  if cfg.data.get("skew_scheme", "constant") not in SKEW_SCHEMES:
+    raise ConfigError(f"data.skew_scheme: unknown {cfg.data.skew_scheme!r}; known: "
+                      f"{list(SKEW_SCHEMES)}")
   if cfg.server.selection in ("uniform", "round_robin") and not 1 <= k <= u:
     raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
                       f"(U={u})]")

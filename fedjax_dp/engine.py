@@ -386,6 +386,9 @@ def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
              batch_size: int = 2048) -> tuple[jax.Array, jax.Array]:
   """Mean loss and accuracy of ``params`` on ``x [N, ...]``, ``y [N]``, in batches.
 
+  For a regressor (``model.is_regression``, a static switch) the loss is the test MSE
+  and the accuracy is NaN: there is no accuracy to report.
+
   A ``fori_loop`` slices batches of ``batch_size`` straight out of ``x``, so memory is
   bounded by one batch and the test set is never copied (padding it, or reshaping
   it into ``[num_batches, batch, ...]`` for ``lax.map``, copied all of it per call and
@@ -404,12 +407,16 @@ def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
     new = (start + jnp.arange(bs) >= i * bs).astype(jnp.float32)
     logits = model.apply(params, xb)
     losses = model.per_example_loss(logits, yb)
-    correct = (jnp.argmax(logits, -1) == yb).astype(jnp.float32)
+    if model.is_regression:
+      correct = jnp.zeros_like(losses)
+    else:
+      correct = (jnp.argmax(logits, -1) == yb).astype(jnp.float32)
     return loss_sum + jnp.sum(losses * new), correct_sum + jnp.sum(correct * new)
 
   zero = jnp.zeros((), jnp.float32)
   loss_sum, correct_sum = jax.lax.fori_loop(0, num_batches, body, (zero, zero))
-  return loss_sum / n, correct_sum / n
+  accuracy = jnp.full((), jnp.nan, jnp.float32) if model.is_regression else correct_sum / n
+  return loss_sum / n, accuracy
 
 
 def make_eval_fn(model: Model, batch_size: int = 2048):

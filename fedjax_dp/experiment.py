@@ -36,6 +36,7 @@ from fedjax_dp import config as config_lib
 from fedjax_dp import engine, sharding
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan
 from fedjax_dp.results import RunDir
@@ -70,7 +71,20 @@ class RunResult:
   params: Any
 
 
-def _partition(cfg, labels):
+def _skews(cfg):
+  """``data.s`` for label_skew: one value, or one per client (``data.skews`` or a scheme)."""
+  d = cfg.data
+  scheme = d.get("skew_scheme", "constant")
+  if scheme != "constant":
+    return adpfl_skews(d.num_clients, cfg.seed, evenly_spaced=scheme == "adpfl_even")
+  skews = tuple(d.get("skews", ()))
+  if skews and len(skews) != d.num_clients:
+    raise config_lib.ConfigError(f"data.skews holds {len(skews)} values, but "
+                                 f"data.num_clients is {d.num_clients}")
+  return np.asarray(skews, np.float64) if skews else d.skew
+
+
+def _partition(cfg, labels, groups=None):
   d = cfg.data
   kwargs: dict[str, Any] = {}
   if d.partition == "iid":
@@ -89,7 +103,15 @@ def _partition(cfg, labels):
     return partition(labels, "unbalanced", d.num_clients, cfg.seed,
                      sizes=[s for s in sizes for _ in range(per)])
   elif d.partition == "label_skew":
-    kwargs = {"s": d.skew, "samples_per_client": d.samples_per_client}
+    kwargs = {"s": _skews(cfg), "samples_per_client": d.samples_per_client,
+              "remainder": d.get("skew_remainder", "others")}
+  elif d.partition == "sorted":
+    kwargs = {"samples_per_client": d.samples_per_client}
+  elif d.partition == "writer_like":
+    kwargs = {"samples_per_client": d.samples_per_client, "size_sigma": d.size_sigma,
+              "classes_per_client": d.classes_per_client, "dominance": d.dominance}
+  elif d.partition == "natural":
+    kwargs = {"groups": groups}
   return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)
 
 
@@ -122,9 +144,14 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
   cache = {} if cache is None else cache
   ds = load_dataset(cfg.data.name, cfg.data.dir)
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  if model.is_regression != ds.is_regression:
+    kinds = ("a classifier", "a regressor")
+    raise config_lib.ConfigError(
+        f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
+        f"{cfg.data.name!r} has {'float regression targets' if ds.is_regression else 'labels'}")
   key = data_key(cfg)
   if ("clients", key) not in cache:
-    clients = _partition(cfg, np.asarray(ds.y_train))
+    clients = _partition(cfg, np.asarray(ds.y_train), ds.train_groups)
     cache["clients", key] = (clients, build_federated_data(ds.x_train, ds.y_train, clients))
   clients, data = cache["clients", key]
   test_key = (cfg.data.name, cfg.data.dir)
@@ -249,7 +276,8 @@ class RunLoop:
     test_loss, test_acc = self.test
     row = {
         "round": self.t + 1, "test_loss": test_loss if p.evaluate else "",
-        "test_accuracy": test_acc if p.evaluate else "",
+        # A regressor has no accuracy: the column stays empty, test_loss is the test MSE.
+        "test_accuracy": test_acc if p.evaluate and not self.setup.model.is_regression else "",
         "train_loss": float(metrics["train_loss"]), "grad_norm": float(metrics["grad_norm"]),
         "update_norm": float(metrics["update_norm"]), "num_selected": int(metrics["num_selected"]),
         "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
@@ -274,7 +302,8 @@ class RunLoop:
         name=cfg.name, status=self.status, diverged=self.status == "diverged",
         diverged_round=self.diverged_round, rounds_run=len(rows),
         final_test_loss=last_eval["test_loss"] if last_eval else None,
-        final_test_accuracy=last_eval["test_accuracy"] if last_eval else None,
+        final_test_accuracy=(last_eval["test_accuracy"] or None) if last_eval else None,
+        task="regression" if self.setup.model.is_regression else "classification",
         epsilon_target=privacy.target_epsilon, delta=privacy.delta,
         epsilon_claimed=rows[-1]["epsilon_claimed"] if rows else 0.0,
         epsilon_certified=rows[-1]["epsilon_certified"] if rows else 0.0,

@@ -70,7 +70,10 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
 
 def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
                  title: str = "") -> None:
-  """Saves a PNG of test loss and accuracy (and certified epsilon) against rounds."""
+  """Saves a PNG of test loss and accuracy (and certified epsilon) against rounds.
+
+  Rows without any test accuracy (a regression run) get one "test MSE" panel instead.
+  """
   # A bare Figure (no pyplot): the library must not switch the user's backend (a
   # notebook's inline plots would stop showing) nor leave figures in pyplot's registry.
   from matplotlib.figure import Figure
@@ -81,10 +84,13 @@ def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
     return [p[0] for p in pts], [p[1] for p in pts]
 
   panels = [("test_loss", "test loss"), ("test_accuracy", "test accuracy")]
+  if rows and not any(r.get("test_accuracy") not in (None, "") for r in rows):
+    # A regression run: its test loss is the test MSE and it has no accuracy.
+    panels = [("test_loss", "test MSE")]
   if rows and "epsilon_certified" in rows[0]:
     panels.append(("epsilon_certified", "epsilon"))
   fig = Figure(figsize=(4.2 * len(panels), 3.4))
-  axes = fig.subplots(1, len(panels))
+  axes = fig.subplots(1, len(panels), squeeze=False)[0]
   for ax, (key, label) in zip(axes, panels):
     xs, ys = series(key)
     ax.plot(xs, ys, label=key.replace("_", " "))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.data import DATASETS, Dataset, load_dataset
+from fedjax_dp.data import datasets as datasets_lib
 from fedjax_dp.data.datasets import DatasetUnavailableError, binary_labels, clear_cache
 
 MNIST_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "mnist"
@@ -217,9 +218,10 @@ def test_cifar10_refuses_code_in_pickles(tmp_path):
 
 @pytest.mark.parametrize("name,shape", [("mnist", (28, 28, 1)), ("fashion_mnist", (28, 28, 1)),
                                         ("cifar10", (32, 32, 3))])
-def test_tfds_mocked(name, shape):
+def test_tfds_mocked(name, shape, monkeypatch):
   """The tfds path on mocked data (never the network); works without TensorFlow."""
   tfds = pytest.importorskip("tensorflow_datasets")
+  monkeypatch.setattr(datasets_lib, "DEFAULT_DIRS", {})  # not the installed Fashion-MNIST
   with tfds.testing.mock_data(num_examples=12):
     ds = load_dataset(name, cache=False)
   assert_format(ds, shape, 10)

@@ -13,6 +13,7 @@ from fedjax_dp.models.layers import GHOST_IN
 # name -> [(input_shape, num_classes, exact parameter count)]. The first entry is
 # the shape of the model's paper; every count must also appear in the docstring.
 EXPECTED = {
+    "linear_regression": [((10,), 0, 11)],  # Fu et al.: 10 PCA features + bias
     "linear_svm": [((28, 28, 1), 10, 7_850), ((28, 28, 1), 2, 1_570)],
     "logistic": [((28, 28, 1), 10, 7_850)],
     "mlp_784_256_10": [((28, 28, 1), 10, 203_530)],
@@ -63,7 +64,11 @@ def test_init_apply_shapes_and_finite(name):
   assert logits.shape == (3, model.num_classes)
   assert logits.dtype == jnp.float32
   assert np.all(np.isfinite(np.asarray(logits)))
-  # Different examples get different logits (the network is not degenerate).
+  # Different examples get different logits (the network is not degenerate); the
+  # linear regressor starts at zero (Fu spec A10), so it is checked after one change.
+  if model.is_regression:
+    params = jax.tree_util.tree_map(lambda p: p + 0.1, params)
+    logits = model.apply(params, x)
   assert not np.allclose(logits[0], logits[1])
 
 
@@ -118,7 +123,7 @@ def test_ghost_flag_matches_dense_only_params(name):
 
 def test_mlps_are_ghost_and_cnns_are_not():
   for name in MODELS:
-    assert _paper_model(name).ghost == (name in MLPS), name
+    assert _paper_model(name).ghost == (name in MLPS or name == "linear_regression"), name
 
 
 @pytest.mark.parametrize("name", sorted(MIN_SIDE))

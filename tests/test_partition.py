@@ -1,5 +1,6 @@
 """Partitioners: property tests (hypothesis) and the papers' settings."""
 
+import itertools
 import math
 import time
 
@@ -16,7 +17,9 @@ from fedjax_dp.data.partition import (
   iid,
   k_classes,
   label_skew,
+  sorted_by_target,
   unbalanced,
+  writer_like,
 )
 
 FAST = settings(max_examples=30, deadline=None)
@@ -146,11 +149,14 @@ CASES = {
     "dirichlet": {"alpha": 0.5, "samples_per_client": 50},
     "unbalanced": {"groups": (40, 60, 80, 100, 120)},
     "label_skew": {"s": 0.5, "samples_per_client": 50},
+    "writer_like": {"samples_per_client": 40},
+    "sorted": {"samples_per_client": 40},
 }
 
 
 def test_every_partitioner_has_a_case():
-  assert set(CASES) == set(PARTITIONERS)
+  # 'natural' is given by the data (no randomness): tested in test_datasets_papers.py.
+  assert set(CASES) | {"natural"} == set(PARTITIONERS)
 
 
 @pytest.mark.parametrize("method", sorted(CASES))
@@ -273,3 +279,89 @@ def test_label_skew_impossible_settings():
     label_skew(labels, 2, [1.0, 0.0], 5, 0)
   with pytest.raises(ValueError, match=r"data\.remainder"):
     label_skew(labels, 2, 0.5, 5, 0, remainder="some")
+
+
+# ----------------------------------------------------------------------------- paper settings
+
+
+def test_writer_like_sizes_vary_and_clients_are_dominated():
+  labels = balanced_labels(10, 800)
+  parts = partition(labels, "writer_like", 40, 3, samples_per_client=100,
+                    classes_per_client=2, dominance=0.9)
+  assert_disjoint_valid(parts, len(labels))
+  sizes = np.array([len(p) for p in parts])
+  assert sizes.std() > 20 and abs(sizes.mean() - 100) < 25  # log-normal around the mean
+  top2 = [np.sort(np.bincount(labels[p], minlength=10))[-2:].sum() / len(p) for p in parts]
+  assert np.mean(top2) > 0.85  # ~0.9 + 0.1 * 2/10 expected
+  assert same(parts, writer_like(labels, 40, 100, seed=3, classes_per_client=2,
+                                 dominance=0.9))
+  equal = writer_like(labels, 10, 50, size_sigma=0.0, dominance=0.0)
+  assert [len(p) for p in equal] == [50] * 10
+  with pytest.raises(ValueError, match="data.dominance"):
+    writer_like(labels, 10, 50, dominance=1.5)
+  with pytest.raises(ValueError, match="data.classes_per_client=11"):
+    writer_like(labels, 10, 50, classes_per_client=11)
+
+
+def test_sorted_by_target_bands_and_float_targets():
+  targets = np.random.default_rng(0).normal(size=1000)
+  parts = sorted_by_target(targets, 10, 80, seed=1)
+  assert_disjoint_valid(parts, 1000)
+  assert [len(p) for p in parts] == [80] * 10
+  for a, b in itertools.pairwise(parts):
+    assert targets[a].max() <= targets[b].min()
+  # With every record used, the bands are exactly the sorted order.
+  full = sorted_by_target(targets, 10)
+  np.testing.assert_array_equal(np.concatenate([np.sort(targets[p]) for p in full]),
+                                np.sort(targets))
+  # iid accepts float targets too; label partitioners refuse them.
+  assert [len(p) for p in iid(targets, 5, 10)] == [10] * 5
+  with pytest.raises(ValueError, match="integer"):
+    partition(targets, "label_skew", 5, 0, s=0.5)
+  with pytest.raises(ValueError, match="finite"):
+    sorted_by_target(np.array([0.0, np.nan]), 1)
+
+
+def _dominant_share(labels, parts):
+  return np.array([np.mean(labels[p] == i % 10) for i, p in enumerate(parts)])
+
+
+@pytest.mark.parametrize("remainder", ["others", "all"])
+def test_adpfl_per_client_skews_follow_the_spec(remainder):
+  """Spec adpfl.md 5.2: n_i = floor(N / U), c_i = i mod 10, round(s_i n_i) of class c_i."""
+  labels = balanced_labels(10, 600)  # 6000 examples: the MNIST setting scaled by 1/10
+  skews = adpfl_skews(100, seed=4)
+  parts = label_skew(labels, 100, skews, seed=0, remainder=remainder)
+  assert [len(p) for p in parts] == [60] * 100  # floor(6000 / 100), every example used
+  assert_disjoint_valid(parts, len(labels))
+  share = _dominant_share(labels, parts)
+  first = np.rint(skews * 60) / 60
+  if remainder == "others":
+    np.testing.assert_allclose(share, first)
+  else:  # the rest is drawn from all labels: at least s_i, about s_i + (1 - s_i) / 10
+    assert np.all(share >= first - 1e-12)
+    assert abs(np.mean(share - first - (1 - first) / 10)) < 0.03
+  # s = 0 with the spec's remainder is IID.
+  iid_like = label_skew(labels, 100, 0.0, seed=0, remainder="all")
+  assert abs(np.mean(_dominant_share(labels, iid_like)) - 0.1) < 0.02
+
+
+def test_skews_from_config():
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+  labels = balanced_labels(10, 100)
+  cfg = config_lib.base_config()
+  cfg.data.partition, cfg.data.num_clients, cfg.data.samples_per_client = "label_skew", 10, 50
+  cfg.data.skews = tuple(np.arange(10) / 10)
+  parts = experiment._partition(cfg, labels)
+  np.testing.assert_allclose(_dominant_share(labels, parts), np.arange(10) / 10, atol=1e-9)
+  cfg.data.skews = (0.5, 0.5)
+  with pytest.raises(config_lib.ConfigError, match="data.skews holds 2 values"):
+    experiment._partition(cfg, labels)
+  cfg.data.skews, cfg.data.skew_scheme, cfg.data.skew_remainder = (), "adpfl_even", "all"
+  parts = experiment._partition(cfg, labels)
+  expect = adpfl_skews(10, evenly_spaced=True)
+  assert np.all(_dominant_share(labels, parts) >= expect - 1e-12)
+  cfg.data.skew_scheme = "zipf"
+  with pytest.raises(config_lib.ConfigError, match="data.skew_scheme"):
+    config_lib.validate(cfg)

@@ -1,5 +1,7 @@
-"""Datasets (embedded default, tfds, local files), partitioners and device-resident data."""
+"""Datasets (embedded default, tfds, local files, packages), partitioners, heterogeneity
+measures and device-resident data."""
 
+from fedjax_dp.data import heterogeneity
 from fedjax_dp.data.datasets import (
     DATASETS,
     Dataset,
@@ -19,6 +21,7 @@ __all__ = [
     "binary_labels",
     "build_federated_data",
     "gather_clients",
+    "heterogeneity",
     "load_dataset",
     "partition",
 ]

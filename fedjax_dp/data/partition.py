@@ -1,6 +1,7 @@
 """Partitioners: split a training set over clients. Pure numpy, seeded, host side.
 
-Every partitioner takes the training labels ``[N]`` and returns one int64 array of
+Every partitioner takes the training labels ``[N]`` (``iid`` and ``sorted`` also float
+regression targets) and returns one int64 array of
 indices into the training set per client (``list[np.ndarray]``, each sorted ascending).
 No example is given to two clients. Randomness comes only from
 ``np.random.default_rng(seed)``, so the same arguments give the same split on every
@@ -12,6 +13,9 @@ machine.
 ``dirichlet``   per-client label proportions ~ Dir(alpha 1_C) (Hsu et al. 2019)
 ``unbalanced``  IID, with client sizes given per client (Wei Fig. 13)
 ``label_skew``  a fraction s of each client's data from one dominant label (A-DPFL)
+``writer_like`` log-normal sizes, each client dominated by a few classes (FEMNIST-like)
+``sorted``      contiguous bands of the sorted target (Fu et al., regression)
+``natural``     the dataset's own clients (FEMNIST writers), see :func:`natural`
 ==============  ===================================================================
 
 :func:`partition` dispatches by name and checks the arguments, naming the config
@@ -43,6 +47,18 @@ def _labels(labels) -> np.ndarray:
     raise ValueError(f"labels must be a 1-D integer array, got shape {labels.shape} and "
                      f"dtype {labels.dtype}.")
   return labels
+
+
+def _targets(targets) -> np.ndarray:
+  """Labels or real-valued regression targets ``[N]`` (finite)."""
+  targets = np.asarray(targets)
+  if targets.ndim != 1 or not (np.issubdtype(targets.dtype, np.integer)
+                               or np.issubdtype(targets.dtype, np.floating)):
+    raise ValueError(f"targets must be a 1-D numeric array, got shape {targets.shape} and "
+                     f"dtype {targets.dtype}.")
+  if np.issubdtype(targets.dtype, np.floating) and not np.all(np.isfinite(targets)):
+    raise ValueError("targets must be finite.")
+  return targets
 
 
 def _positive_int(value, field: str) -> int:
@@ -83,7 +99,7 @@ def iid(labels, num_clients: int, samples_per_client: int | None = None,
   (``|D_i| = 800``, U = 50) and of A-DPFL's "IID" column (``n_i = floor(N / U)``).
 
   Args:
-    labels: training labels ``[N]`` (only their number matters here).
+    labels: training labels ``[N]`` or regression targets (only their number matters).
     num_clients: U.
     samples_per_client: examples per client; default ``floor(N / U)``.
     seed: seed of ``np.random.default_rng``.
@@ -91,7 +107,7 @@ def iid(labels, num_clients: int, samples_per_client: int | None = None,
   Returns:
     U sorted int64 index arrays of length ``samples_per_client``.
   """
-  labels = _labels(labels)
+  labels = _targets(labels)
   num_clients = _positive_int(num_clients, "data.num_clients")
   size = _default_size(labels, num_clients, samples_per_client)
   _check_total(num_clients * size, len(labels), "data.samples_per_client",
@@ -325,15 +341,26 @@ def dirichlet(labels, num_clients: int, alpha: float, seed: int = 0,
                f"{num_clients} clients x {size} samples")
   rng = np.random.default_rng(seed)
   classes = np.unique(labels)
-  num_classes = len(classes)
-  proportions = rng.dirichlet(np.full(num_classes, float(alpha)), size=num_clients)
+  proportions = rng.dirichlet(np.full(len(classes), float(alpha)), size=num_clients)
+  return _draw_by_proportions(labels, classes, proportions, np.full(num_clients, size), rng)
+
+
+def _draw_by_proportions(labels: np.ndarray, classes: np.ndarray, proportions: np.ndarray,
+                         sizes: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+  """Client i draws ``sizes[i]`` examples with label proportions ``proportions[i]``.
+
+  Without replacement. When a class runs out, the shortfall is drawn from the remaining
+  classes in proportion to the client's own ``p_i`` (uniformly if none of its classes is
+  left); clients are filled in a random order, so no client is systematically last.
+  """
+  num_clients, num_classes = proportions.shape
   pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
   left = np.array([len(p) for p in pools], np.int64)
   cursor = np.zeros(num_classes, np.int64)
   out: list[np.ndarray] = [None] * num_clients  # type: ignore[list-item]
   for i in rng.permutation(num_clients):
     want = np.zeros(num_classes, np.int64)
-    need = size
+    need = int(sizes[i])
     p = np.nan_to_num(proportions[i])
     while need:
       weights = np.where(left - want > 0, p, 0.0)
@@ -348,6 +375,151 @@ def dirichlet(labels, num_clients: int, alpha: float, seed: int = 0,
     left -= want
     out[i] = np.concatenate(parts)
   return _finish(out)
+
+
+# ----------------------------------------------------------------------------- writer-like
+
+
+def writer_sizes(num_clients: int, mean_size: int, size_sigma: float = 0.6,
+                 seed: int = 0) -> np.ndarray:
+  """Log-normal client sizes with mean about ``mean_size`` (at least 1 each).
+
+  ``size_i = max(1, round(exp(N(log(mean_size) - size_sigma^2 / 2, size_sigma^2))))``;
+  the ``- sigma^2 / 2`` shift makes ``mean_size`` the mean, not the median.
+  """
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  mean_size = _positive_int(mean_size, "data.samples_per_client")
+  if not (size_sigma >= 0 and math.isfinite(size_sigma)):
+    raise ValueError(f"data.size_sigma must be a finite number >= 0, got {size_sigma!r}.")
+  rng = np.random.default_rng(seed)
+  raw = rng.lognormal(math.log(mean_size) - size_sigma ** 2 / 2, size_sigma, num_clients)
+  return np.maximum(1, np.rint(raw)).astype(np.int64)
+
+
+def writer_like(labels, num_clients: int, samples_per_client: int, seed: int = 0,
+                size_sigma: float = 0.6, classes_per_client: int = 3,
+                dominance: float = 0.8) -> list[np.ndarray]:
+  """Unbalanced non-IID clients, a stand-in for FEMNIST's writers (Fu et al.).
+
+  FEMNIST (LEAF) is "naturally unbalanced and non-IID": each of ~3,500 writers holds a
+  different number of images and writes some characters more than others. When the LEAF
+  files are not at hand, this partition of an image dataset reproduces both traits:
+
+  * **sizes**: log-normal around ``samples_per_client`` (:func:`writer_sizes`; LEAF's
+    writer sizes are roughly log-normal, a few hundred images each with a long tail);
+    ``size_sigma=0`` gives equal sizes;
+  * **labels**: client i picks ``classes_per_client`` distinct classes at random (its
+    "favourite characters") and draws its examples with proportions ``p_i = dominance *
+    Uniform(its classes) + (1 - dominance) * Uniform(all classes)``, without replacement
+    (a class that runs out is replaced as in :func:`dirichlet`).
+
+  So ``dominance = 0`` is an unbalanced IID split and ``dominance = 1`` gives each client
+  only its favourite classes. Not a reproduction of FEMNIST's writer styles (feature
+  skew), only of its size and label skew.
+
+  Args:
+    labels: training labels ``[N]``.
+    num_clients: U.
+    samples_per_client: mean client size.
+    seed: seed of ``np.random.default_rng``.
+    size_sigma: log-normal shape of the sizes (0 = all equal).
+    classes_per_client: dominant classes per client, in ``[1, C]``.
+    dominance: share of a client's examples drawn from its dominant classes, in [0, 1].
+
+  Returns:
+    U sorted int64 index arrays of varying lengths.
+  """
+  labels = _labels(labels)
+  sizes = writer_sizes(num_clients, samples_per_client, size_sigma, seed)
+  classes = np.unique(labels)
+  k = _positive_int(classes_per_client, "data.classes_per_client")
+  if k > len(classes):
+    raise ValueError(f"data.classes_per_client={k} exceeds the {len(classes)} classes.")
+  if not 0.0 <= float(dominance) <= 1.0:
+    raise ValueError(f"data.dominance must lie in [0, 1], got {dominance!r}.")
+  _check_total(int(sizes.sum()), len(labels), "data.samples_per_client",
+               f"{num_clients} clients of mean size {samples_per_client} (drawn sizes sum "
+               f"to {int(sizes.sum())})")
+  rng = np.random.default_rng([seed, 1])  # independent of the size draws
+  favourite = np.zeros((num_clients, len(classes)))
+  for i in range(num_clients):
+    favourite[i, rng.choice(len(classes), size=k, replace=False)] = 1.0 / k
+  proportions = dominance * favourite + (1.0 - dominance) / len(classes)
+  return _draw_by_proportions(labels, classes, proportions, sizes, rng)
+
+
+# ----------------------------------------------------------------------------- sorted target
+
+
+def sorted_by_target(labels, num_clients: int, samples_per_client: int | None = None,
+                     seed: int = 0) -> list[np.ndarray]:
+  """Fu et al.'s non-IID split for regression: contiguous bands of the sorted target.
+
+  Fu et al. Sec. V (spec 4.1, A11): sort the training records by interest rate with a
+  stable sort and cut them into N groups of equal size; client i gets group i, so every
+  client holds a narrow band of the target. When ``num_clients * samples_per_client`` is
+  less than N, a uniformly drawn subset of that size is split (records are then sorted,
+  ties kept in index order). Also works on integer labels (clients then hold runs of
+  classes).
+
+  Args:
+    labels: training targets ``[N]`` (float or integer).
+    num_clients: U.
+    samples_per_client: records per client; default ``floor(N / U)``.
+    seed: seed of ``np.random.default_rng`` (only for the subset).
+
+  Returns:
+    U sorted int64 index arrays; client i's targets are all <= client i+1's.
+  """
+  targets = _targets(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  size = _default_size(targets, num_clients, samples_per_client)
+  total = num_clients * size
+  _check_total(total, len(targets), "data.samples_per_client",
+               f"{num_clients} clients x {size} samples")
+  chosen = np.arange(len(targets))
+  if total < len(targets):
+    chosen = np.sort(np.random.default_rng(seed).permutation(len(targets))[:total])
+  order = chosen[np.argsort(targets[chosen], kind="stable")]
+  return _finish(order.reshape(num_clients, size))
+
+
+# ----------------------------------------------------------------------------- natural
+
+
+def natural(labels, num_clients: int, groups, seed: int = 0) -> list[np.ndarray]:
+  """The dataset's own clients: one client per distinct value of ``groups``.
+
+  For FEMNIST, ``groups`` is the writer of each training image (LEAF's users), so each
+  writer is one client (Fu et al.: N = 3,500 writers). With fewer ``num_clients`` than
+  groups, the largest groups are kept (ties by group id), as the Fu spec (A11) allows.
+
+  Args:
+    labels: training labels ``[N]`` (only their number is checked).
+    num_clients: U, at most the number of groups.
+    groups: int ``[N]`` group id per example (``Dataset.train_groups``).
+    seed: unused (the split is given by the data); kept for the common signature.
+
+  Returns:
+    U sorted int64 index arrays, largest group first.
+  """
+  del seed
+  labels = _targets(labels)
+  num_clients = _positive_int(num_clients, "data.num_clients")
+  if groups is None:
+    raise ValueError("data.partition='natural' needs a dataset with natural clients "
+                     "(e.g. femnist's writers); this one has none.")
+  groups = np.asarray(groups)
+  if groups.shape != labels.shape:
+    raise ValueError(f"groups {groups.shape} must give one group per example {labels.shape}.")
+  ids, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+  if num_clients > len(ids):
+    raise ValueError(f"data.num_clients={num_clients} exceeds the {len(ids)} natural "
+                     "clients of the dataset.")
+  keep = np.argsort(-counts, kind="stable")[:num_clients]
+  order = np.argsort(inverse, kind="stable")
+  members = np.split(order, np.cumsum(counts)[:-1])
+  return _finish(members[g] for g in keep)
 
 
 # ----------------------------------------------------------------------------- label skew
@@ -527,6 +699,9 @@ PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
     "dirichlet": dirichlet,
     "unbalanced": _unbalanced_from_config,
     "label_skew": label_skew,
+    "writer_like": writer_like,
+    "sorted": sorted_by_target,
+    "natural": natural,
 }
 
 

@@ -32,20 +32,35 @@ def multiclass_hinge(logits, labels):
   return jnp.maximum(0.0, 1.0 + jnp.max(others, axis=-1) - true)
 
 
-LOSSES: dict[str, Callable] = {"cross_entropy": cross_entropy, "hinge": multiclass_hinge}
+def squared_error(preds, targets):
+  """Per-example squared error ``(s - y)^2`` of a one-output regressor.
+
+  ``preds [n, 1]``, float ``targets [n]`` -> ``[n]``; its mean is the MSE (Fu et al.
+  Sec. V: linear regression on Lending Club, loss and metric MSE, spec A9).
+  """
+  return jnp.square(preds[..., 0] - targets)
+
+
+LOSSES: dict[str, Callable] = {"cross_entropy": cross_entropy, "hinge": multiclass_hinge,
+                               "mse": squared_error}
+# Losses of regression models: float targets, one output, MSE instead of accuracy.
+REGRESSION_LOSSES = ("mse",)
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """A classifier as pure functions.
+  """A classifier or a one-output regressor as pure functions.
+
+  The task is static (a property of ``loss_name``), so code that differs between
+  classification and regression branches in Python at trace time, never at run time.
 
   Attributes:
     name: registry name.
     module: the flax module; ``module.apply({'params': p}, x)`` maps ``[n, *input_shape]``
-      to logits ``[n, num_classes]``.
+      to logits ``[n, num_classes]`` (predictions ``[n, 1]`` for a regressor).
     input_shape: shape of one example, e.g. ``(28, 28, 1)``.
-    num_classes: number of output classes.
-    loss_name: ``'cross_entropy'`` or ``'hinge'``.
+    num_classes: number of output classes (1 for a regressor).
+    loss_name: ``'cross_entropy'``, ``'hinge'`` or ``'mse'`` (regression).
     ghost: True when every parameter belongs to a :class:`fedjax_dp.models.layers.Dense`,
       so per-example clipping can use ghost norms instead of per-example gradients.
   """
@@ -57,6 +72,11 @@ class Model:
   loss_name: str = "cross_entropy"
   ghost: bool = False
 
+  @property
+  def is_regression(self) -> bool:
+    """True for a regressor: float targets, MSE loss, no accuracy."""
+    return self.loss_name in REGRESSION_LOSSES
+
   def init(self, key: jax.Array) -> Params:
     """Returns the initial parameters for PRNG ``key``."""
     x = jnp.zeros((1, *self.input_shape), jnp.float32)
@@ -67,7 +87,8 @@ class Model:
     return self.module.apply({"params": params}, x)
 
   def per_example_loss(self, logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Per-example loss ``[n]`` from ``logits [n, C]`` and integer ``labels [n]``."""
+    """Per-example loss ``[n]`` from ``logits [n, C]`` and integer ``labels [n]`` (or
+    predictions ``[n, 1]`` and float targets ``[n]`` for a regressor)."""
     return LOSSES[self.loss_name](logits, labels)
 
   def num_params(self) -> int:
