@@ -151,11 +151,14 @@ def loss_threshold_attack(member_losses, nonmember_losses, *,
 def attack_features(log_p: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Attack-model features of records from the model's log-probabilities.
 
-  ``[log p sorted in decreasing order (C values), log p_y]``: the sorted prediction
-  vector (Salem et al., NDSS 2019, who show sorting loses little against Shokri's
-  per-class raw vector) plus the log-likelihood of the true label, which carries the
-  loss signal of Yeom et al. Log-probabilities are clipped at -50 so that saturated
-  softmax outputs stay finite.
+  ``[log p sorted in decreasing order (C values), logit p_y]``: the sorted prediction
+  vector (Salem et al., NDSS 2019, who find sorting loses little against Shokri's
+  raw per-class vector) plus the logit of the true label's probability,
+  ``log p_y - log(1 - p_y)`` (the score of Carlini et al., S&P 2022). The logit
+  carries the loss signal of Yeom et al. on a scale that separates small losses:
+  for p_y near 1 it is about ``-log(loss)``, where log p_y itself is flat. Computed
+  stably as ``log p_y - logsumexp_{j != y} log p_j`` and clipped to [-50, 50], like
+  the log-probabilities, so saturated softmax outputs stay finite.
 
   Args:
     log_p: ``[n, C]`` log-softmax outputs.
@@ -164,10 +167,16 @@ def attack_features(log_p: np.ndarray, y: np.ndarray) -> np.ndarray:
   Returns:
     ``[n, C + 1]`` float64 features.
   """
-  log_p = np.maximum(np.asarray(log_p, np.float64), -50.0)
-  top = -np.sort(-log_p, axis=1)
-  true = np.take_along_axis(log_p, np.asarray(y, np.int64)[:, None], axis=1)
-  return np.concatenate([top, true], axis=1)
+  log_p = np.asarray(log_p, np.float64)
+  y = np.asarray(y, np.int64)
+  true = np.take_along_axis(log_p, y[:, None], axis=1)[:, 0]
+  others = log_p.copy()
+  np.put_along_axis(others, y[:, None], -np.inf, axis=1)
+  peak = np.max(others, axis=1, keepdims=True)
+  rest = peak[:, 0] + np.log(np.sum(np.exp(others - peak), axis=1))
+  logit = np.clip(true - rest, -50.0, 50.0)
+  top = -np.sort(-np.maximum(log_p, -50.0), axis=1)
+  return np.concatenate([top, logit[:, None]], axis=1)
 
 
 class LogisticModel(NamedTuple):
@@ -270,7 +279,7 @@ def train_shadow_attack(apply_fn: ApplyFn, train_fn: Callable, pool_x, pool_y,
   * Shadow training: ``train_fn`` is the target's training procedure (the caller's:
     e.g. the same federated DP or non-private run, see
     :func:`fedjax_dp.attacks.federated.federated_train_fn`), seeded per shadow model.
-  * Features: :func:`attack_features` (sorted log-probability vector + log p_y).
+  * Features: :func:`attack_features` (sorted log-probability vector + logit of p_y).
   * Attack classifier: per true class (Shokri et al.'s per-class attack models) or a
     single one (``per_class=False``); each an L2-regularised logistic regression on
     standardised features (:func:`fit_logistic`). Every shadow model contributes
