@@ -30,6 +30,15 @@ def test_auc_and_best_threshold_on_known_scores():
     metrics.auc([np.nan], [1.0])
 
 
+def test_auc_matches_sklearn_with_ties():
+  from sklearn.metrics import roc_auc_score
+
+  rng = np.random.default_rng(1)
+  a, b = rng.integers(0, 6, 50), rng.integers(0, 5, 70)
+  want = roc_auc_score(np.r_[np.ones(50), np.zeros(70)], np.r_[a, b])
+  assert metrics.auc(a, b) == pytest.approx(want)
+
+
 def test_best_threshold_matches_exhaustive_search():
   rng = np.random.default_rng(0)
   a, b = rng.normal(0.5, 1, 37).round(1), rng.normal(0, 1, 41).round(1)
