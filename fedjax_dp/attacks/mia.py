@@ -241,12 +241,17 @@ class ShadowAttack(NamedTuple):
     return _predict_features(self, attack_features(log_p, y), np.asarray(y))
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _stacked_log_probs(apply_fn, stacked_params, x):
+  return jax.vmap(lambda p: jax.nn.log_softmax(apply_fn(p, x).astype(jnp.float32)))(
+      stacked_params)
+
+
 def _stack_log_probs(apply_fn, stacked_params, x, num):
   """Log-probabilities ``[S, n, C]`` of ``num`` stacked models on the same records."""
-  fn = jax.jit(jax.vmap(lambda p, xx: jax.nn.log_softmax(apply_fn(p, xx).astype(jnp.float32)),
-                        in_axes=(0, None)))
   x = np.asarray(x)
-  parts = [np.asarray(fn(stacked_params, x[i:i + 2048])) for i in range(0, len(x), 2048)]
+  parts = [np.asarray(_stacked_log_probs(apply_fn, stacked_params, x[i:i + 2048]))
+           for i in range(0, len(x), 2048)]
   out = np.concatenate(parts, axis=1)
   assert out.shape[0] == num, (out.shape, num)
   return out
@@ -272,10 +277,11 @@ def train_shadow_attack(apply_fn: ApplyFn, train_fn: Callable, pool_x, pool_y,
   * Shadow data: shadow model ``s`` trains on ``train_size`` records drawn without
     replacement from the attacker's ``pool`` (``default_rng([seed, 1, s])``); the rest
     of the pool are its non-members. ``train_size`` should equal the target's number
-    of training records. The pool is data from the target's distribution; it may
-    overlap the target's training set (Shokri et al. Sec. V-C allow overlapping shadow
-    sets): the attack's labels come only from the shadow models' own membership, so
-    the target's membership never leaks into the attack.
+    of training records. The pool is data from the target's distribution and may
+    overlap the target's training set (Shokri et al.'s disjoint sets are the harder
+    case for the attacker; small datasets leave no room for them). The attack's labels
+    come only from the shadow models' own membership, so the target's membership
+    never leaks into the attack.
   * Shadow training: ``train_fn`` is the target's training procedure (the caller's:
     e.g. the same federated DP or non-private run, see
     :func:`fedjax_dp.attacks.federated.federated_train_fn`), seeded per shadow model.
