@@ -30,6 +30,14 @@ def test_auc_and_best_threshold_on_known_scores():
     metrics.auc([np.nan], [1.0])
 
 
+def test_calibrated_threshold_uses_only_the_calibration_split():
+  # Calibration says "members score >= 5"; on the evaluation split that rule is wrong,
+  # and the held-out accuracy shows it while the oracle (in-sample) accuracy does not.
+  res = metrics.calibrated([6, 7, 8], [0, 1, 2], [1, 2, 3], [-3, -2, -1])
+  assert res.threshold_held_out and 3 < res.threshold < 6
+  assert res.accuracy == 0.5 and res.best_accuracy == 1.0
+
+
 def test_auc_matches_sklearn_with_ties():
   from sklearn.metrics import roc_auc_score
 
