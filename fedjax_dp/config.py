@@ -96,6 +96,11 @@ def base_config() -> ConfigDict:
   c.eval = ConfigDict()
   c.eval.every = 1
   c.eval.batch_size = 2048
+
+  c.checkpoint = ConfigDict()
+  # Save a checkpoint every N rounds into the run directory (0 = never); re-running
+  # the same command resumes from it (fedjax_dp.checkpoint).
+  c.checkpoint.every = 10
   c.progress = True
   return c
 
@@ -208,6 +213,8 @@ def validate(cfg: ConfigDict) -> None:
                       f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
+  if "checkpoint" in cfg and int(cfg.checkpoint.every) < 0:
+    raise ConfigError(f"checkpoint.every must be >= 0 (0 = never), got {cfg.checkpoint.every}")
   if cfg.privacy.noise_sampling not in ("per_client", "aggregate"):
     raise ConfigError(f"privacy.noise_sampling: unknown {cfg.privacy.noise_sampling!r}; "
                       "known: ['aggregate', 'per_client']")
