@@ -188,7 +188,8 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
                   overwrite: bool = False) -> None:
   """Checks that run directory ``path`` may be written by a run of ``config``.
 
-  A directory without ``config.json`` is free; one with the same config (up to
+  A directory without ``config.json``, or with nothing else (a run that failed
+  before its first round), is free; one with the same config (up to
   :data:`NON_RESULT_FIELDS`) is resumed. With ``overwrite``, a run directory (one
   holding ``config.json``) is deleted first.
 
@@ -200,7 +201,8 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
 
   path = Path(path)
   found = path / "config.json"
-  if not found.exists():
+  if not found.exists() or not any(
+      p.name != "config.json" and not p.name.startswith(".") for p in path.iterdir()):
     return
   if overwrite:
     shutil.rmtree(path)

@@ -93,8 +93,16 @@ def _cmd_plot(args) -> int:
   return 0
 
 
+class _Parser(argparse.ArgumentParser):
+  """An argparse parser whose errors are one line (``prog: error: message``) rather
+  than the usage block; ``--help`` still shows the usage. Subparsers inherit it."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="fedjax-dp", description="Differentially private federated learning in JAX.")
   sub = parser.add_subparsers(dest="command", required=True)
 

@@ -112,7 +112,11 @@ def load_config(path: str | Path) -> ConfigDict:
     raise ConfigError(f"config file not found: {path}")
   spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # a config file is user code: say which file failed, and how
+    raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if not hasattr(module, "get_config"):
     raise ConfigError(f"{path} has no get_config()")
   return module.get_config()
@@ -230,6 +234,8 @@ def validate(cfg: ConfigDict) -> None:
     if any(int(t) < 1 for t in cfg.schedule.t_grid):
       raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
-    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
+    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1 "
+                      f"(got eval.every={cfg.eval.every})")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
-    raise ConfigError("privacy.noise_multiplier must be >= 0")
+    raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
+                      f"{cfg.privacy.noise_multiplier}")

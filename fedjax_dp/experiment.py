@@ -123,6 +123,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  if cfg.server.selection not in engine.SELECTIONS:
+    raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
+                                 f"known: {engine.SELECTIONS}")
   cache = {} if cache is None else cache
   ds = load_dataset(cfg.data.name, cfg.data.dir)
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
