@@ -28,6 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -208,6 +209,9 @@ class RunLoop:
     self.privacy = setup.privacy
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
+    # Every process reads the checkpoint and takes part in gathering the params to
+    # save (a collective across hosts); only process 0 writes.
+    self.out_dir = out_dir
     self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
     self.schedule = get_schedule(cfg.schedule.name)
     self.state = self.schedule.init(noise_context(cfg, setup.privacy))
@@ -223,7 +227,7 @@ class RunLoop:
     self._pending: _Pending | None = None
     self.wall_offset = 0.0  # wall seconds spent before a resume
     self.restored_params = None
-    ckpt = self.run_dir.path / ckpt_lib.FILENAME if self.run_dir else None
+    ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
     if self.run_dir:
@@ -247,7 +251,7 @@ class RunLoop:
   @property
   def checkpoint_due(self) -> bool:
     """Whether a checkpoint is to be saved now (after :meth:`record`)."""
-    return bool(self.run_dir and self.checkpoint_every and self.running
+    return bool(self.out_dir and self.checkpoint_every and self.running
                 and self._pending is None and self.t % self.checkpoint_every == 0)
 
   def save_checkpoint(self, params: Any, wall: float) -> None:
@@ -653,6 +657,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       j for j in row if j is not None)) for i in row] for row in current]), pts)
 
   horizons = [loop.horizon for loop in loops]
+  if bar is not None:
+    bar.update(sum(loop.t for loop in loops))  # rounds restored from checkpoints
   started = {i: time.time() - loops[i].wall_offset for row in current for i in row
              if i is not None}
   finished: dict[int, RunResult] = {}
