@@ -422,8 +422,10 @@ def interruptible():
   """Within this context, SIGINT (Ctrl-C) asks :func:`run_group` to stop after the
   current round instead of raising at once: it checkpoints its runs, writes their
   directories with status ``'interrupted'`` and raises ``KeyboardInterrupt``. A
-  second SIGINT raises at once. Outside the main thread this does nothing."""
-  if threading.current_thread() is not threading.main_thread():
+  second SIGINT raises at once. Outside the main thread, or where SIGINT is ignored
+  (a background job), this does nothing."""
+  if (threading.current_thread() is not threading.main_thread()
+      or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
     yield
     return
 

@@ -102,12 +102,16 @@ def test_sigint_marks_interrupted_and_resume_equals_uninterrupted(tmp_path, monk
 
   monkeypatch.setattr(experiment.RunLoop, "record", interrupting_record)
   capsys.readouterr()
-  assert cli.main([*args, "--out", str(resumed)]) == 130
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+  try:
+    assert cli.main([*args, "--out", str(resumed)]) == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+  finally:
+    signal.signal(signal.SIGINT, before)
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "interrupted" in err[0] and str(resumed) in err[0]
   summary = json.loads((resumed / "summary.json").read_text())
   assert summary["status"] == "interrupted" and summary["rounds_run"] == 6
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
   monkeypatch.setattr(experiment.RunLoop, "record", record)
   assert cli.main([*args, "--out", str(resumed)]) == 0
   _same_run(full, resumed)
