@@ -43,7 +43,10 @@ def digests(run_dir: Path) -> dict[str, str]:
   summary = json.loads((run_dir / "summary.json").read_text())
   for field in WALL_SUMMARY_FIELDS:
     summary.pop(field, None)
-  sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+
+  def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
   return {"metrics.csv (no wall_s)": sha(buf.getvalue().encode()),
           "summary.json (no wall times)": sha(json.dumps(summary, sort_keys=True).encode()),
           "model.msgpack": sha((run_dir / "model.msgpack").read_bytes())}

@@ -3,7 +3,8 @@ ONE line on stderr that names the field and the value, and no traceback.
 
 The table is the test: add a row ``(argv, [substrings the line must contain])``.
 ``{quick}`` in an argv stands for the quickstart config, ``{tmp}`` for a directory
-with broken config files, ``{out}`` for an empty output directory. Rows run in-process through ``cli.main`` (no subprocess start-up).
+with broken config files, ``{out}`` for an empty output directory. Rows run
+in-process through ``cli.main`` (no subprocess start-up).
 """
 
 import contextlib
@@ -128,8 +129,8 @@ def test_table_is_big_enough():
   assert {argv[0] for argv, _ in BAD_INPUT if argv} >= {"run", "sweep", "account"}
 
 
-@pytest.mark.parametrize("argv,expected", BAD_INPUT,
-                         ids=[f"{i:02d}-{a[0] if a else 'none'}" for i, (a, _) in enumerate(BAD_INPUT)])
+@pytest.mark.parametrize("argv,expected", BAD_INPUT, ids=[
+    f"{i:02d}-{a[0] if a else 'none'}" for i, (a, _) in enumerate(BAD_INPUT)])
 def test_bad_input_gives_one_line_naming_field_and_value(argv, expected, scratch, tmp_path):
   err, out = io.StringIO(), io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
