@@ -79,8 +79,10 @@ def _schedule(args) -> np.ndarray:
     return z
   if args.sigma is None:
     raise ValueError("give --sigma (or --sigmas), or --epsilon to calibrate")
-  if args.rounds is None or args.rounds < 1:
-    raise ValueError("--rounds must be a positive integer")
+  if args.rounds is None:
+    raise ValueError("--rounds is required with --sigma (a positive integer)")
+  if args.rounds < 1:
+    raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
   if not args.sigma > 0:
     raise ValueError(f"--sigma must be > 0, got {args.sigma}")
   return args.sigma * args.ratio ** np.arange(args.rounds)
@@ -195,6 +197,8 @@ def compute(args) -> dict:
   # Bad inputs fail loudly here; per-accountant errors below only mean "not supported".
   if not 0 < args.delta < 1:
     raise ValueError(f"--delta must be in (0, 1), got {args.delta}")
+  if not 0 < args.q <= 1:
+    raise ValueError(f"--q must be in (0, 1], got {args.q}")
   if args.epsilon is not None and not (args.epsilon > 0 and math.isfinite(args.epsilon)):
     raise ValueError(f"--epsilon (target_epsilon) must be finite and > 0, got {args.epsilon}")
   kw = _event_kwargs(args)
@@ -205,7 +209,7 @@ def compute(args) -> dict:
     if args.sigmas:
       raise ValueError("--epsilon calibrates a constant or geometric schedule; drop --sigmas")
     if args.rounds is None or args.rounds < 1:
-      raise ValueError("--rounds must be a positive integer")
+      raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
     report.update(mode="calibrate", target_epsilon=args.epsilon, rounds=args.rounds,
                   ratio=args.ratio, results={})
     for name in names:

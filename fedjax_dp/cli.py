@@ -1,7 +1,11 @@
 """``fedjax-dp``: run | sweep | account | plot.
 
-  fedjax-dp run CONFIG --out DIR [--set key=value ...]
+  fedjax-dp run CONFIG --out DIR [--set key=value ...] [--overwrite]
   fedjax-dp sweep CONFIG --grid key=v1,v2,... [--grid ...] [--set key=value ...] --out DIR
+
+Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoint
+(``checkpoint.every``). Ctrl-C stops between rounds, saves a checkpoint, marks the
+run ``interrupted`` and exits with status 130.
   fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
   fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
 """
@@ -21,7 +25,7 @@ def _cmd_run(args) -> int:
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   if args.no_progress:
     cfg.progress = False
-  result = experiment.run(cfg, args.out)
+  result = experiment.run(cfg, args.out, overwrite=args.overwrite)
   s = result.summary
   acc = s["final_test_accuracy"]
   print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",
@@ -49,6 +53,9 @@ def _cmd_sweep(args) -> int:
 
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   grid = sweep.parse_grid(args.grid)
+  if args.overwrite and (Path(args.out) / "sweep.json").exists():
+    import shutil
+    shutil.rmtree(args.out)
   start = time.time()
   rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress)
   last: dict[str, dict] = {}
@@ -90,16 +97,27 @@ def _cmd_plot(args) -> int:
   return 0
 
 
+class _Parser(argparse.ArgumentParser):
+  """An argparse parser whose errors are one line (``prog: error: message``) rather
+  than the usage block; ``--help`` still shows the usage. Subparsers inherit it."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="fedjax-dp", description="Differentially private federated learning in JAX.")
   sub = parser.add_subparsers(dest="command", required=True)
 
   p = sub.add_parser("run", help="run one experiment from a config file")
   p.add_argument("config", help="Python file with get_config()")
-  p.add_argument("--out", required=True, help="run directory to write")
+  p.add_argument("--out", required=True,
+                 help="run directory to write (an existing one of the same config resumes)")
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field (repeatable), e.g. --set privacy.epsilon=8")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace an existing run directory instead of resuming it")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_run)
 
@@ -114,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field for every point (repeatable)")
   p.add_argument("--out", required=True, help="sweep directory (sweep.csv, points/...)")
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace an existing sweep directory instead of resuming it")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_sweep)
 
@@ -140,6 +160,10 @@ def main(argv=None) -> int:
   except (ConfigError, DatasetUnavailableError, ValueError) as e:
     print(f"fedjax-dp: error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:
+    print(f"fedjax-dp: interrupted; re-run the same command to resume from "
+          f"{getattr(args, 'out', None) or 'the last checkpoint'}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

@@ -116,6 +116,11 @@ def base_config() -> ConfigDict:
   c.eval = ConfigDict()
   c.eval.every = 1
   c.eval.batch_size = 2048
+
+  c.checkpoint = ConfigDict()
+  # Save a checkpoint every N rounds into the run directory (0 = never); re-running
+  # the same command resumes from it (fedjax_dp.checkpoint).
+  c.checkpoint.every = 10
   c.progress = True
   return c
 
@@ -127,7 +132,11 @@ def load_config(path: str | Path) -> ConfigDict:
     raise ConfigError(f"config file not found: {path}")
   spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # a config file is user code: say which file failed, and how
+    raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if not hasattr(module, "get_config"):
     raise ConfigError(f"{path} has no get_config()")
   return module.get_config()
@@ -231,6 +240,8 @@ def validate(cfg: ConfigDict) -> None:
                       f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
+  if "checkpoint" in cfg and int(cfg.checkpoint.every) < 0:
+    raise ConfigError(f"checkpoint.every must be >= 0 (0 = never), got {cfg.checkpoint.every}")
   if cfg.privacy.noise_sampling not in ("per_client", "aggregate"):
     raise ConfigError(f"privacy.noise_sampling: unknown {cfg.privacy.noise_sampling!r}; "
                       "known: ['aggregate', 'per_client']")
@@ -246,16 +257,20 @@ def validate(cfg: ConfigDict) -> None:
     if any(int(t) < 1 for t in cfg.schedule.t_grid):
       raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
   if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
-    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1")
+    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1 "
+                      f"(got eval.every={cfg.eval.every})")
   if cfg.schedule.name == "geometric":
     if cfg.privacy.mechanism != "gaussian":
       raise ConfigError("schedule.name='geometric' spreads a Gaussian budget (sum of "
                         "sigma^-2, Yuan eq. (16)): privacy.mechanism="
                         f"{cfg.privacy.mechanism!r} is not bounded by it")
     if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
-      raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1")
+      raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1 "
+                        f"(got eval.every={cfg.eval.every})")
   if cfg.schedule.name == "adpfl" and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
     raise ConfigError(f"schedule.name='adpfl' reads the accuracy every schedule.adjust_every="
-                      f"{cfg.schedule.adjust_every} rounds: eval.every must divide it")
+                      f"{cfg.schedule.adjust_every} rounds: eval.every={cfg.eval.every} must "
+                      "divide it")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
-    raise ConfigError("privacy.noise_multiplier must be >= 0")
+    raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
+                      f"{cfg.privacy.noise_multiplier}")

@@ -18,19 +18,24 @@ schedule, client selection, accountant, stop rules and metric rows -- in a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine, sharding
@@ -141,6 +146,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  if cfg.server.selection not in engine.SELECTIONS:
+    raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
+                                 f"known: {engine.SELECTIONS}")
   cache = {} if cache is None else cache
   ds = load_dataset(cfg.data.name, cfg.data.dir)
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
@@ -210,6 +218,16 @@ class RunLoop:
   A run stops at the schedule's horizon, on a non-finite loss (``diverged``), or --
   with ``privacy.enforce_budget`` -- before a round whose release would push the
   certified epsilon past the target (``budget_exhausted``).
+
+  With a run directory and ``checkpoint.every = N > 0``, the caller saves a
+  checkpoint (:mod:`fedjax_dp.checkpoint`) whenever :attr:`checkpoint_due` (every N
+  rounds) and :meth:`finish` saves the last one. A loop whose run directory holds a
+  checkpoint starts from it: :attr:`restored_params` is the model to continue from
+  (None for a fresh run) and the rounds run on as if never stopped.
+
+  Raises:
+    config_lib.ConfigError: the directory's checkpoint belongs to another config.
+    checkpoint.CheckpointError: the checkpoint is corrupt (named, not loaded).
   """
 
   def __init__(self, cfg, setup: Setup, out_dir: str | None = None):
@@ -218,8 +236,10 @@ class RunLoop:
     self.privacy = setup.privacy
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
-    if self.run_dir:
-      self.run_dir.write_config(cfg.to_dict())
+    # Every process reads the checkpoint and takes part in gathering the params to
+    # save (a collective across hosts); only process 0 writes.
+    self.out_dir = out_dir
+    self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
     self.schedule = get_schedule(cfg.schedule.name)
     self.state = self.schedule.init(noise_context(cfg, setup.privacy))
     self.acct = self.privacy.accountant_init()
@@ -232,6 +252,55 @@ class RunLoop:
     # Schedules may only shorten T; guard against one that never stops anyway.
     self._max_rounds = int(cfg.rounds) * 4 + 10
     self._pending: _Pending | None = None
+    self.wall_offset = 0.0  # wall seconds spent before a resume
+    self.restored_params = None
+    ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
+    if ckpt is not None and ckpt.exists():
+      self._restore(ckpt)
+    if self.run_dir:
+      self.run_dir.write_config(cfg.to_dict())
+
+  def _restore(self, path) -> None:
+    template = jax.eval_shape(self.setup.model.init, jax.random.PRNGKey(0))
+    st, params, config = ckpt_lib.load(path, schedule_template=self.state,
+                                       acct_template=self.acct, params_template=template)
+    diff = ckpt_lib.config_diff(config, self.cfg.to_dict())
+    if diff:
+      raise config_lib.ConfigError(
+          f"{path} is a checkpoint of a different config ({'; '.join(diff[:4])}"
+          f"{'; ...' if len(diff) > 4 else ''}); use --overwrite or another --out")
+    self.t, self.horizon, self.status, self.running = st.t, st.horizon, st.status, st.running
+    self.diverged_round, self.test = st.diverged_round, st.test
+    self.state, self.acct, self.rows, self.wall_offset = (st.schedule_state, st.acct, st.rows,
+                                                          st.wall)
+    self.restored_params = params
+
+  @property
+  def checkpoint_due(self) -> bool:
+    """Whether a checkpoint is to be saved now (after :meth:`record`)."""
+    return bool(self.out_dir and self.checkpoint_every and self.running
+                and self._pending is None and self.t % self.checkpoint_every == 0)
+
+  def save_checkpoint(self, params: Any, wall: float) -> None:
+    """Saves the state after the last recorded round with the model ``params``
+    (this run's, on the host) and ``wall`` seconds spent."""
+    if not self.run_dir:
+      return
+    state = ckpt_lib.RunState(self.t, self.horizon, self.status, self.running,
+                              self.diverged_round, self.test, self.state, self.acct,
+                              self.rows, wall)
+    ckpt_lib.save(self.run_dir.path / ckpt_lib.FILENAME, state, params, self.cfg.to_dict())
+    # metrics.csv follows the checkpoint (a partial file, still written atomically).
+    self.run_dir.write_metrics(self.rows, METRIC_COLUMNS)
+
+  def interrupt(self, wall: float, params: Any, **extra: Any) -> RunResult:
+    """Stops between rounds (SIGINT): saves a checkpoint to resume from, then writes
+    the run directory with ``status = 'interrupted'``."""
+    self._pending = None
+    if self.checkpoint_every:
+      self.save_checkpoint(params, wall)
+    self.status, self.running = "interrupted", False
+    return self.finish(wall, params, **extra)
 
   @property
   def wants_eval(self) -> bool:
@@ -290,12 +359,13 @@ class RunLoop:
     self.state = self.schedule.observe(self.state, self.t, {
         k: v for k, v in row.items() if isinstance(v, (int, float))})
     self.t += 1
-    if self.run_dir and self.t % 25 == 0:
+    if self.run_dir and self.t % 25 == 0 and not self.checkpoint_due:
       self.run_dir.write_metrics(self.rows, METRIC_COLUMNS)  # partial progress, still atomic
 
   def finish(self, wall: float, params: Any, **extra: Any) -> RunResult:
-    """Writes ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run
-    directory with a summary is complete) and returns the result."""
+    """Writes ``model.msgpack`` (the final ``params``), the last checkpoint,
+    ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run directory
+    with a summary is complete) and returns the result."""
     cfg, privacy, rows = self.cfg, self.privacy, self.rows
     last_eval = next((r for r in reversed(rows) if r["test_loss"] != ""), None)
     summary = dict(
@@ -312,6 +382,10 @@ class RunLoop:
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
         **extra)
     if self.run_dir:
+      if self.status != "interrupted" and params is not None:
+        if self.checkpoint_every:
+          self.save_checkpoint(params, wall)
+        ckpt_lib.save_model(self.run_dir.path / ckpt_lib.MODEL_FILENAME, params)
       self.run_dir.write_metrics(rows, METRIC_COLUMNS)
       self.run_dir.write_plot(rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}, "
                               f"eps={privacy.target_epsilon:g}")
@@ -319,7 +393,8 @@ class RunLoop:
     return RunResult(rows, summary, params)
 
 
-def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResult:
+def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
+        overwrite: bool = False) -> RunResult:
   """Runs one experiment and (if ``out_dir``) writes its run directory.
 
   The loop is thin: per round, the schedule plans noise on the host, one jitted call
@@ -327,27 +402,73 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None) -> RunResul
   round's event (see :class:`RunLoop` for the stop rules). A run is a sweep of one
   point: :func:`run_group` with one config, so with several devices its clients are
   sharded over all of them.
+
+  Running again into the same ``out_dir`` with the same config resumes from its
+  last checkpoint (``checkpoint.every``); the finished files equal those of an
+  uninterrupted run except for wall-clock times. SIGINT (Ctrl-C) stops between
+  rounds, saves a checkpoint, writes the directory with status ``'interrupted'``
+  and raises ``KeyboardInterrupt``.
+
+  Raises:
+    config_lib.ConfigError: ``out_dir`` holds a run of another config (the message
+      names the differing fields) and not ``overwrite``.
   """
   from tqdm.auto import tqdm
 
   from fedjax_dp import optimal_t
 
+  if out_dir and sharding.is_primary():
+    ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
   if optimal_t.is_optimal_t(cfg):
     config_lib.validate(cfg)
     grid = optimal_t.t_grid(cfg)
     bar = tqdm(total=sum(grid), disable=not cfg.progress, desc=f"{cfg.name} (optimal T)",
                unit="round")
     try:
-      return optimal_t.run(cfg, out_dir, bar=bar)
+      with interruptible():
+        return optimal_t.run(cfg, out_dir, bar=bar)
     finally:
       bar.close()
   setup = setup or build(cfg)
   bar = tqdm(total=int(cfg.rounds), disable=not cfg.progress, desc=cfg.name, unit="round")
   try:
-    (result,) = run_group([cfg], [setup], [out_dir], bar=bar)
+    with interruptible():
+      (result,) = run_group([cfg], [setup], [out_dir], bar=bar)
   finally:
     bar.close()
   return result
+
+
+class _SigintState:
+  requested = False
+
+
+_SIGINT = _SigintState()
+
+
+@contextlib.contextmanager
+def interruptible():
+  """Within this context, SIGINT (Ctrl-C) asks :func:`run_group` to stop after the
+  current round instead of raising at once: it checkpoints its runs, writes their
+  directories with status ``'interrupted'`` and raises ``KeyboardInterrupt``. A
+  second SIGINT raises at once. Outside the main thread, or where SIGINT is ignored
+  (a background job), this does nothing."""
+  if (threading.current_thread() is not threading.main_thread()
+      or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+    yield
+    return
+
+  def handler(signum, frame):
+    if _SIGINT.requested:
+      raise KeyboardInterrupt
+    _SIGINT.requested = True
+
+  previous = signal.signal(signal.SIGINT, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    _SIGINT.requested = False
 
 
 def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None], *,
@@ -548,8 +669,12 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
 
   init = _jit_init(model)
   inits: dict[int, Any] = {}
+  # Loops resume from their run directories' checkpoints (if any) before params exist.
+  loops = [RunLoop(c, s, d) for c, s, d in zip(cfgs, setups, out_dirs)]
 
   def init_of(i):
+    if loops[i].restored_params is not None:
+      return loops[i].restored_params
     seed = int(cfgs[i].seed)
     if seed not in inits:
       inits[seed] = jax.device_get(init(jax.random.PRNGKey(seed)))
@@ -562,9 +687,11 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   params = sharding.put(stack2([[init_of(i if i is not None else next(
       j for j in row if j is not None)) for i in row] for row in current]), pts)
 
-  loops = [RunLoop(c, s, d) for c, s, d in zip(cfgs, setups, out_dirs)]
   horizons = [loop.horizon for loop in loops]
-  started = {i: time.time() for row in current for i in row if i is not None}
+  if bar is not None:
+    bar.update(sum(loop.t for loop in loops))  # rounds restored from checkpoints
+  started = {i: time.time() - loops[i].wall_offset for row in current for i in row
+             if i is not None}
   finished: dict[int, RunResult] = {}
   template = None
 
@@ -573,6 +700,15 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
     return jax.device_get(jax.tree_util.tree_map(lambda a: a[g, lane], host))
 
   while True:
+    if _SIGINT.requested:
+      # Between rounds every loop has recorded its last round and ``params`` match
+      # them: checkpoint the runs in the lanes, mark them interrupted, stop.
+      for g, row in enumerate(current):
+        for lane, i in enumerate(row):
+          if i is not None and i not in finished:
+            finished[i] = loops[i].interrupt(time.time() - started[i], lane_params(g, lane),
+                                             group_size=num)
+      raise KeyboardInterrupt
     planned: dict[tuple[int, int], tuple[int, engine.RoundArgs]] = {}
     for g, row in enumerate(current):
       while True:
@@ -595,7 +731,7 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
         row[:] = [q.pop(0) for q in queues[g]]
         for lane, i in enumerate(row):
           if i is not None:
-            started[i] = time.time()
+            started[i] = time.time() - loops[i].wall_offset
             params = jax.tree_util.tree_map(lambda p, v, g=g, lane=lane: p.at[g, lane].set(v),
                                             params, init_of(i))
         params = params if trivial else sharding.put(params, pts)
@@ -643,6 +779,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       loop = loops[i]
       loop.record(metrics[g, lane],
                   None if test is None else test[g, lane], now - started[i])
+      if loop.checkpoint_due:
+        loop.save_checkpoint(lane_params(g, lane), now - started[i])
       if loop.status == "diverged" and bar is not None:
         bar.write(f"[{loop.cfg.name}] loss became non-finite at round "
                   f"{loop.diverged_round}: stopping (diverged)")

@@ -28,8 +28,9 @@ Output directory::
   DIR/points/<name>/      each point's run directory (config.json, metrics.csv,
                           summary.json, metrics.png), as ``fedjax-dp run`` writes it
 
-Re-running the same command resumes: a point whose ``summary.json`` exists is
-finished and skipped, and ``sweep.csv`` is rebuilt from the points' ``metrics.csv``
+Re-running the same command resumes: a point whose ``summary.json`` exists (and is
+not ``interrupted``) is finished and skipped, an unfinished point continues from its
+last checkpoint (``checkpoint.every``), and ``sweep.csv`` is rebuilt from the points' ``metrics.csv``
 files, so it equals the uninterrupted sweep's (wall-clock time is left out of it;
 it stays in each point's ``metrics.csv`` and ``summary.json``).
 """
@@ -193,6 +194,8 @@ def _finished(cfg, point_dir: Path) -> bool:
   """
   if not (point_dir / "summary.json").exists():
     return False
+  if json.loads((point_dir / "summary.json").read_text()).get("status") == "interrupted":
+    return False  # stopped by SIGINT: resumes from its checkpoint
   want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
   if have != want:
@@ -257,8 +260,9 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
              desc=f"sweep {cfg.name}", unit="round")
   start = time.time()
   try:
-    res = experiment.run_batched([c for _, c, _ in jobs], [d for _, _, d in jobs], bar=bar,
-                                 devices=devices)
+    with experiment.interruptible():
+      res = experiment.run_batched([c for _, c, _ in jobs], [d for _, _, d in jobs], bar=bar,
+                                   devices=devices)
   finally:
     bar.close()
   ran = dict(zip([key for key, _, _ in jobs], res))
