@@ -63,6 +63,8 @@ def base_config() -> ConfigDict:
   c.server.selection = "uniform"   # uniform (K of U) | poisson | round_robin | all
   c.server.clients_per_round = 10  # K
   c.server.q = 0.0                 # Poisson rate (selection=poisson)
+  # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
+  # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
   c.server.aggregation = "normalized"
   c.server.lr = 1.0
   # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
@@ -74,7 +76,10 @@ def base_config() -> ConfigDict:
   c.privacy.delta = 1e-3
   c.privacy.mechanism = "gaussian"
   c.privacy.placement = "upload"   # upload | step | central | none
-  c.privacy.formula = "wei_eq10"   # wei_eq10 | noise_multiplier | calibrated
+  # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
+  # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
+  # noise_multiplier (scale = z * sensitivity)
+  c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
