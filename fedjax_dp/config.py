@@ -87,6 +87,12 @@ def base_config() -> ConfigDict:
   # the noise of the weighted sum once (same distribution of the model, K x fewer
   # random numbers; see engine.RoundConfig.aggregate_upload_noise).
   c.privacy.noise_sampling = "per_client"
+  # The run's random stream for noise (and minibatches): 0 is the seed's own. A sweep
+  # gives each point its own stream (its index), so lanes that share a seed do not
+  # draw the same noise at different scales (releasing two would reveal the noiseless
+  # aggregate); privacy.common_random_numbers=True keeps every point on this stream.
+  c.privacy.noise_stream = 0
+  c.privacy.common_random_numbers = False
 
   c.schedule = ConfigDict()
   # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
@@ -211,6 +217,8 @@ def validate(cfg: ConfigDict) -> None:
   if int(cfg.server.client_chunk) < -1:
     raise ConfigError(f"server.client_chunk must be >= 0 (0 = all clients at once) or -1 "
                       f"(from free memory), got {cfg.server.client_chunk}")
+  if int(cfg.privacy.noise_stream) < 0:
+    raise ConfigError(f"privacy.noise_stream must be >= 0, got {cfg.privacy.noise_stream}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if cfg.privacy.noise_sampling not in ("per_client", "aggregate"):

@@ -52,6 +52,7 @@ AGGREGATIONS = ("normalized", "unnormalized", "fixed")
 SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side noise
 AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
+STREAM_TAG = 3  # stream s > 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s)
 
 
 class RoundArgs(NamedTuple):
@@ -70,6 +71,9 @@ class RoundArgs(NamedTuple):
     data_id: which dataset of a stacked :class:`FederatedData` (counts ``[D, U]``)
       this round reads; sweeps over seeds stack one partition per seed. Ignored for
       ordinary ``[U, ...]`` data.
+    stream: the run's random stream (``privacy.noise_stream``): points of a sweep
+      that share a seed, and so a cohort, draw independent noise and minibatches
+      when their streams differ. 0 is the seed's own stream.
   """
 
   idx: jax.Array
@@ -82,6 +86,7 @@ class RoundArgs(NamedTuple):
   round: jax.Array
   seed: jax.Array
   data_id: jax.Array | int = 0
+  stream: jax.Array | int = 0
 
 
 class RoundMetrics(NamedTuple):
@@ -154,16 +159,24 @@ class RoundConfig:
                        f"{self.client.noise_placement!r}, mechanism {self.client.mechanism!r}")
 
 
-def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array) -> jax.Array:
-  """Keys ``fold_in(fold_in(fold_in(PRNGKey(seed), t), CLIENT_TAG), id)`` for ``ids [K]``."""
-  round_key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
-  base = jax.random.fold_in(round_key, CLIENT_TAG)
+def round_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
+  """``fold_in(PRNGKey(seed), t)``, moved to stream ``s`` by
+  ``fold_in(fold_in(., STREAM_TAG), s)`` when ``s > 0``."""
+  key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
+  moved = jax.random.fold_in(jax.random.fold_in(key, STREAM_TAG), stream)
+  return jnp.where(jnp.asarray(stream) > 0, moved, key)
+
+
+def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array,
+                stream: jax.Array | int = 0) -> jax.Array:
+  """Keys ``fold_in(fold_in(round_key(seed, t, stream), CLIENT_TAG), id)`` for ``ids [K]``."""
+  base = jax.random.fold_in(round_key(seed, t, stream), CLIENT_TAG)
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(ids)
 
 
-def server_key(seed: jax.Array, t: jax.Array) -> jax.Array:
+def server_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
   """The server's key for round ``t``."""
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), t), SERVER_TAG)
+  return jax.random.fold_in(round_key(seed, t, stream), SERVER_TAG)
 
 
 def _take(a: jax.Array, data_id: jax.Array, idx: jax.Array, stacked: bool) -> jax.Array:
@@ -272,11 +285,12 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
     d = gather_block(idx)
-    keys = client_keys(cohort.seed, cohort.round, idx)
     c = d.counts.astype(jnp.float32) * sel
     b = idx.shape[0]
 
     def one_point(p, a, nz):
+      # Keys are per point: lanes of a cohort share its clients, not their noise.
+      keys = client_keys(cohort.seed, cohort.round, idx, a.stream)
       hp = client_lib.ClientHParams(
           lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
           clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
@@ -326,13 +340,13 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
       rest = 1.0 - total_selected / agg_denom
       agg = jax.tree_util.tree_map(lambda x, y: x + rest * y, agg, p)
     if cfg.client.noise_placement == "central":
-      agg = mechanisms.add_noise(server_key(a.seed, a.round), agg, a.central_noise,
+      agg = mechanisms.add_noise(server_key(a.seed, a.round, a.stream), agg, a.central_noise,
                                  cfg.client.mechanism)
     if cfg.aggregate_upload_noise:
       w = gather(data.counts, cohort.idx).astype(jnp.float32) * cohort.sel_mask / agg_denom
       std = jnp.sqrt(jnp.sum(jnp.square(w * a.noise)))
       agg = mechanisms.add_noise(
-          jax.random.fold_in(server_key(a.seed, a.round), AGGREGATE_NOISE_TAG), agg, std,
+          jax.random.fold_in(server_key(a.seed, a.round, a.stream), AGGREGATE_NOISE_TAG), agg, std,
           "gaussian")
     new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
     update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
@@ -548,7 +562,7 @@ def round_args_sharding(mesh) -> RoundArgs:
   ('sweep', -, 'clients'), the rest ``[G, L, ...]`` over 'sweep'."""
   pts, pc = sharding.points(mesh), sharding.point_clients(mesh)
   return RoundArgs(idx=pc, sel_mask=pc, lr=pts, clip=pts, noise=pc, central_noise=pts,
-                   server_lr=pts, round=pts, seed=pts, data_id=pts)
+                   server_lr=pts, round=pts, seed=pts, data_id=pts, stream=pts)
 
 
 def available_memory_bytes(device: jax.Device | None = None) -> int:
@@ -587,7 +601,8 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
         lr=jax.ShapeDtypeStruct((steps,), f32), clip=jax.ShapeDtypeStruct((), f32),
         noise=jax.ShapeDtypeStruct((b,), f32), central_noise=jax.ShapeDtypeStruct((), f32),
         server_lr=jax.ShapeDtypeStruct((), f32), round=jax.ShapeDtypeStruct((), i32),
-        seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32))
+        seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32),
+        stream=jax.ShapeDtypeStruct((), i32))
     lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
     stats = lowered.compile().memory_analysis()
     return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes

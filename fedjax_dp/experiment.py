@@ -242,7 +242,8 @@ class RunLoop:
         idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
         clip=np.float32(cfg.client.clip), noise=np.asarray(client_noise[idx], np.float32),
         central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
-        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0))
+        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0),
+        stream=np.int32(cfg.privacy.noise_stream))
 
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
              wall: float) -> None:
