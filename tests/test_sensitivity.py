@@ -70,7 +70,6 @@ def _pairs(seed, lr, clip):
 
 UPLOAD_CASES = [  # clip_mode, mechanism, E, batch, l2_reg
     ("per_example_l2", "gaussian", 1, 0, 0.0),
-    ("per_example_l2", "gaussian", 2, 0, 0.0),
     ("per_example_l2", "gaussian", 3, 4, 0.1),
     ("per_example_l1", "laplace", 3, 0, 0.0),
     ("param_l2", "gaussian", 2, 0, 0.0),

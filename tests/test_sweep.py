@@ -203,8 +203,8 @@ def test_points_draw_independent_noise_unless_common_random_numbers():
   assert [p.config.privacy.noise_stream
           for p in sweep.expand(crn, {"privacy.epsilon": [1, 4]})] == [0, 0]
 
-  data = toy_federated(6, 12, (4, 4, 1), 3, 0, n_max=12)
-  model = get_model("logistic", (4, 4, 1), 3)
+  data = toy_federated(6, 12, (8,), 3, 0, n_max=12)
+  model = get_model("logistic", (8,), 3)
   cfg = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"))
   lanes, k = 2, 3
   params = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (1, lanes) + a.shape),

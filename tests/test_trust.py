@@ -159,12 +159,17 @@ def test_quickstart_certified_epsilon_within_its_target():
 
 
 def test_enforce_budget_compares_each_client_with_its_own_target():
-  """Targets (1, 8): at the first round client 2 is near 8 > 1, but within its own
-  target; the run must not stop before it spends it."""
+  """Targets (1, 8): after the first round client 2 is past 1 but within its own
+  target; the run must not stop before it spends it (host loop only, no device)."""
   cfg = _cfg(**{"data.num_clients": 2, "server.clients_per_round": 2,
                 "data.samples_per_client": 20, "model.name": "logistic", "rounds": 3,
                 "privacy.client_epsilons": "(1, 8)", "privacy.enforce_budget": "true",
-                "privacy.formula": "calibrated", "progress": "false"})
-  res = experiment.run(cfg)
-  assert res.summary["status"] == "completed" and res.summary["rounds_run"] == 3
-  assert res.summary["epsilon_certified"] <= 8.0 * (1 + 1e-6)
+                "progress": "false"})
+  loop = experiment.RunLoop(cfg, experiment.build(cfg))
+  metrics = {"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0, "num_selected": 2}
+  for _ in range(3):
+    assert loop.plan_round() is not None
+    loop.record(metrics, (0.0, 0.0), 0.0)
+  assert loop.plan_round() is None and loop.status == "completed"
+  eps = loop.privacy.certified_epsilons(loop.acct)
+  assert eps[1] > 1.0 and np.all(eps <= np.array([1.0, 8.0]) * (1 + 1e-6))
