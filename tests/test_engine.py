@@ -150,9 +150,9 @@ def test_round_robin_visits_every_client_once_per_pass(u, k):
   per_pass = -(-u // k)
   passes = []
   for p in range(3):
-    seen = np.concatenate([
-        (lambda im: im[0][im[1] > 0])(engine.select_clients("round_robin", u, k, 0.0, 4, t))
-        for t in range(p * per_pass, (p + 1) * per_pass)])
+    cohorts = [engine.select_clients("round_robin", u, k, 0.0, 4, t)
+               for t in range(p * per_pass, (p + 1) * per_pass)]
+    seen = np.concatenate([idx[mask > 0] for idx, mask in cohorts])
     np.testing.assert_array_equal(np.sort(seen), np.arange(u))  # each client exactly once
     passes.append(seen)
   if u > k > 1:

@@ -85,9 +85,9 @@ def b3():
   fixed = make_privacy_plan(config_lib.override(cfg, ["server.aggregation=fixed"]),
                             np.full(u, 10))
   after = _run_plan(fixed, t, lambda _: None)
-  return ("B3 central + Poisson + normalized", 4.0, worst, after,
-          f"honest: bound with Delta = 2C (a cohort of one); normalized refused={refused}; "
+  note = (f"honest: bound with Delta = 2C (a cohort of one); normalized refused={refused}; "
           f"after: aggregation=fixed, Delta {fixed.sensitivity[0]:.3f}")
+  return ("B3 central + Poisson + normalized", 4.0, worst, after, note)
 
 
 def b4():
