@@ -173,3 +173,36 @@ def test_enforce_budget_compares_each_client_with_its_own_target():
   assert loop.plan_round() is None and loop.status == "completed"
   eps = loop.privacy.certified_epsilons(loop.acct)
   assert eps[1] > 1.0 and np.all(eps <= np.array([1.0, 8.0]) * (1 + 1e-6))
+
+
+def test_round_robin_calibration_meets_the_target_for_the_busiest_client():
+  """U = 7, K = 3 (passes of 3 rounds, the last selecting 1), T = 10: clients take
+  part 3 or 4 times; calibration is for the most turns and certification per client."""
+  u, k, t = 7, 3, 10
+  cfg = _cfg(**{"data.num_clients": u, "server.selection": "round_robin",
+                "server.clients_per_round": k, "rounds": t, "privacy.epsilon": 2.0})
+  plan = make_privacy_plan(cfg, np.full(u, 50))
+  noise = plan.noise_scale(t)
+  state, turns = plan.accountant_init(), np.zeros(u, int)
+  for r in range(t):
+    idx, sel = engine.select_clients("round_robin", u, k, 0.0, 0, r)
+    state = plan.accountant_step(state, noise, selected=idx[sel > 0])
+    turns[idx[sel > 0]] += 1
+  assert set(turns) == {3, 4}
+  eps = plan.certified_epsilons(state)
+  np.testing.assert_allclose(eps.max(), 2.0, rtol=1e-3)
+  assert np.all(eps[turns == 3] < eps.max())
+
+
+@pytest.mark.parametrize("sets,field", [
+    ({"client.clip_mode": "none"}, "client.clip_mode"),
+    ({"privacy.placement": "step", "client.clip_mode": "param_l2"}, "client.clip_mode"),
+    ({"privacy.placement": "central"}, "client.clip_mode"),
+    ({"privacy.mechanism": "laplace"}, "per_example_l1"),
+    ({"client.local_steps": 2, "client.l2_reg": 30.0}, "client.l2_reg"),
+    ({"privacy.placement": "central", "client.clip_mode": "update_l2",
+      "server.selection": "poisson", "server.q": 0.5}, "server.aggregation"),
+])
+def test_unbounded_combinations_are_refused_naming_the_field(sets, field):
+  with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+    make_privacy_plan(_cfg(**sets), np.full(10, 20))
