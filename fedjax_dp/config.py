@@ -74,6 +74,8 @@ def base_config() -> ConfigDict:
   c.server.selection = "uniform"   # uniform (K of U) | poisson | round_robin | all
   c.server.clients_per_round = 10  # K
   c.server.q = 0.0                 # Poisson rate (selection=poisson)
+  # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
+  # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
   c.server.aggregation = "normalized"
   c.server.lr = 1.0
   # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
@@ -85,7 +87,10 @@ def base_config() -> ConfigDict:
   c.privacy.delta = 1e-3
   c.privacy.mechanism = "gaussian"
   c.privacy.placement = "upload"   # upload | step | central | none
-  c.privacy.formula = "wei_eq10"   # wei_eq10 | noise_multiplier | calibrated
+  # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
+  # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
+  # noise_multiplier (scale = z * sensitivity)
+  c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
@@ -93,6 +98,12 @@ def base_config() -> ConfigDict:
   # the noise of the weighted sum once (same distribution of the model, K x fewer
   # random numbers; see engine.RoundConfig.aggregate_upload_noise).
   c.privacy.noise_sampling = "per_client"
+  # The run's random stream for noise (and minibatches): 0 is the seed's own. A sweep
+  # gives each point its own stream (its index), so lanes that share a seed do not
+  # draw the same noise at different scales (releasing two would reveal the noiseless
+  # aggregate); privacy.common_random_numbers=True keeps every point on this stream.
+  c.privacy.noise_stream = 0
+  c.privacy.common_random_numbers = False
 
   c.schedule = ConfigDict()
   # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
@@ -238,6 +249,8 @@ def validate(cfg: ConfigDict) -> None:
   if int(cfg.server.client_chunk) < -1:
     raise ConfigError(f"server.client_chunk must be >= 0 (0 = all clients at once) or -1 "
                       f"(from free memory), got {cfg.server.client_chunk}")
+  if int(cfg.privacy.noise_stream) < 0:
+    raise ConfigError(f"privacy.noise_stream must be >= 0, got {cfg.privacy.noise_stream}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if "checkpoint" in cfg and int(cfg.checkpoint.every) < 0:

@@ -41,16 +41,18 @@ import numpy as np
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import one_step, sharding
+from fedjax_dp import selection as selection_lib
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import mechanisms
 
 PyTree = Any
-SELECTIONS = ("uniform", "poisson", "round_robin", "all")
-AGGREGATIONS = ("normalized", "unnormalized")
+SELECTIONS = selection_lib.SELECTIONS
+AGGREGATIONS = ("normalized", "unnormalized", "fixed")
 SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side noise
 AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
+STREAM_TAG = 3  # stream s > 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s)
 
 
 class RoundArgs(NamedTuple):
@@ -69,6 +71,9 @@ class RoundArgs(NamedTuple):
     data_id: which dataset of a stacked :class:`FederatedData` (counts ``[D, U]``)
       this round reads; sweeps over seeds stack one partition per seed. Ignored for
       ordinary ``[U, ...]`` data.
+    stream: the run's random stream (``privacy.noise_stream``): points of a sweep
+      that share a seed, and so a cohort, draw independent noise and minibatches
+      when their streams differ. 0 is the seed's own stream.
   """
 
   idx: jax.Array
@@ -81,6 +86,7 @@ class RoundArgs(NamedTuple):
   round: jax.Array
   seed: jax.Array
   data_id: jax.Array | int = 0
+  stream: jax.Array | int = 0
 
 
 class RoundMetrics(NamedTuple):
@@ -100,7 +106,13 @@ class RoundConfig:
     client: local training config.
     aggregation: ``'normalized'`` (p_i = |D_i| / sum over selected |D_j|, the spec's
       resolution) or ``'unnormalized'`` (p_i = |D_i| / |D|, Wei et al. eq. (2) as
-      printed; shrinks the model by about K/U when K < U).
+      printed; shrinks the model by about K/U when K < U), or ``'fixed'``: the
+      fixed-denominator estimator of DP-FedAvg (McMahan et al. 2018): the global
+      model moves by ``sum_i |D_i| (w_i - w) / (f |D|)`` with ``f = expected_fraction``
+      (q for Poisson, K/U for K of U), whatever the realised cohort. One client's
+      weight is then bounded by ``max |D_i| / (f |D|)`` for every draw, which a
+      central-noise sensitivity needs (the normalized weights of a small Poisson
+      cohort are not bounded by the planned K).
     client_chunk: clients trained at once (one vmapped chunk); the K slots are
       processed as a ``lax.scan`` over chunks that accumulates the weighted sum, so
       memory holds one chunk of client data and model copies. 0 means all K at once.
@@ -119,6 +131,8 @@ class RoundConfig:
       weighted batch (:mod:`fedjax_dp.one_step`): per-client work shrinks to norms,
       and the weighted sum of the uploads is one matmul per layer. Same result up to
       float summation order; ``False`` forces the per-client path.
+    expected_fraction: ``aggregation='fixed'`` only: the expected share of all
+      examples selected in a round (q, or K/U).
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
@@ -126,8 +140,12 @@ class RoundConfig:
   client_chunk: int = 0
   aggregate_upload_noise: bool = False
   fuse_one_step: bool = True
+  expected_fraction: float = 1.0
 
   def __post_init__(self):
+    if not 0.0 < self.expected_fraction <= 1.0:
+      raise ValueError("RoundConfig.expected_fraction must be in (0, 1], got "
+                       f"{self.expected_fraction}")
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
@@ -141,16 +159,24 @@ class RoundConfig:
                        f"{self.client.noise_placement!r}, mechanism {self.client.mechanism!r}")
 
 
-def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array) -> jax.Array:
-  """Keys ``fold_in(fold_in(fold_in(PRNGKey(seed), t), CLIENT_TAG), id)`` for ``ids [K]``."""
-  round_key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
-  base = jax.random.fold_in(round_key, CLIENT_TAG)
+def round_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
+  """``fold_in(PRNGKey(seed), t)``, moved to stream ``s`` by
+  ``fold_in(fold_in(., STREAM_TAG), s)`` when ``s > 0``."""
+  key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
+  moved = jax.random.fold_in(jax.random.fold_in(key, STREAM_TAG), stream)
+  return jnp.where(jnp.asarray(stream) > 0, moved, key)
+
+
+def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array,
+                stream: jax.Array | int = 0) -> jax.Array:
+  """Keys ``fold_in(fold_in(round_key(seed, t, stream), CLIENT_TAG), id)`` for ``ids [K]``."""
+  base = jax.random.fold_in(round_key(seed, t, stream), CLIENT_TAG)
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(ids)
 
 
-def server_key(seed: jax.Array, t: jax.Array) -> jax.Array:
+def server_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
   """The server's key for round ``t``."""
-  return jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), t), SERVER_TAG)
+  return jax.random.fold_in(round_key(seed, t, stream), SERVER_TAG)
 
 
 def _take(a: jax.Array, data_id: jax.Array, idx: jax.Array, stacked: bool) -> jax.Array:
@@ -244,6 +270,8 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   selected_denom = jnp.maximum(total_selected, 1.0)
   if cfg.aggregation == "normalized":
     agg_denom = selected_denom
+  elif cfg.aggregation == "fixed":
+    agg_denom = cfg.expected_fraction * _dataset_total(data, cohort.data_id)
   else:
     agg_denom = _dataset_total(data, cohort.data_id)
 
@@ -257,11 +285,12 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
     d = gather_block(idx)
-    keys = client_keys(cohort.seed, cohort.round, idx)
     c = d.counts.astype(jnp.float32) * sel
     b = idx.shape[0]
 
     def one_point(p, a, nz):
+      # Keys are per point: lanes of a cohort share its clients, not their noise.
+      keys = client_keys(cohort.seed, cohort.round, idx, a.stream)
       hp = client_lib.ClientHParams(
           lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
           clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
@@ -306,14 +335,18 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
     if cfg.aggregation == "normalized":
       # No client selected (possible under Poisson sampling): keep the global model.
       agg = jax.tree_util.tree_map(lambda x, y: jnp.where(total_selected > 0, x, y), agg, p)
+    elif cfg.aggregation == "fixed":
+      # sum_i p_i w_i + (1 - sum_i p_i) w = w + sum_i p_i (w_i - w): average updates.
+      rest = 1.0 - total_selected / agg_denom
+      agg = jax.tree_util.tree_map(lambda x, y: x + rest * y, agg, p)
     if cfg.client.noise_placement == "central":
-      agg = mechanisms.add_noise(server_key(a.seed, a.round), agg, a.central_noise,
+      agg = mechanisms.add_noise(server_key(a.seed, a.round, a.stream), agg, a.central_noise,
                                  cfg.client.mechanism)
     if cfg.aggregate_upload_noise:
       w = gather(data.counts, cohort.idx).astype(jnp.float32) * cohort.sel_mask / agg_denom
       std = jnp.sqrt(jnp.sum(jnp.square(w * a.noise)))
       agg = mechanisms.add_noise(
-          jax.random.fold_in(server_key(a.seed, a.round), AGGREGATE_NOISE_TAG), agg, std,
+          jax.random.fold_in(server_key(a.seed, a.round, a.stream), AGGREGATE_NOISE_TAG), agg, std,
           "gaussian")
     new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
     update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
@@ -536,7 +569,7 @@ def round_args_sharding(mesh) -> RoundArgs:
   ('sweep', -, 'clients'), the rest ``[G, L, ...]`` over 'sweep'."""
   pts, pc = sharding.points(mesh), sharding.point_clients(mesh)
   return RoundArgs(idx=pc, sel_mask=pc, lr=pts, clip=pts, noise=pc, central_noise=pts,
-                   server_lr=pts, round=pts, seed=pts, data_id=pts)
+                   server_lr=pts, round=pts, seed=pts, data_id=pts, stream=pts)
 
 
 def available_memory_bytes(device: jax.Device | None = None) -> int:
@@ -575,7 +608,8 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
         lr=jax.ShapeDtypeStruct((steps,), f32), clip=jax.ShapeDtypeStruct((), f32),
         noise=jax.ShapeDtypeStruct((b,), f32), central_noise=jax.ShapeDtypeStruct((), f32),
         server_lr=jax.ShapeDtypeStruct((), f32), round=jax.ShapeDtypeStruct((), i32),
-        seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32))
+        seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32),
+        stream=jax.ShapeDtypeStruct((), i32))
     lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
     stats = lowered.compile().memory_analysis()
     return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes
@@ -674,35 +708,29 @@ def _last_level_cache_bytes(default: int = 32 << 20) -> int:
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
-  """Static padded cohort size for Poisson sampling: mean + 8 std (+1), at most U.
-
-  A draw above the cap (probability < 1e-15) raises rather than silently dropping
-  clients.
-  """
-  mean = num_clients * q
-  return int(min(num_clients, np.ceil(mean + 8.0 * np.sqrt(mean * (1 - q)) + 1)))
+  """Static padded cohort size for Poisson sampling (:func:`selection.poisson_cap`)."""
+  return selection_lib.poisson_cap(num_clients, q)
 
 
 def cohort_size(selection: str, num_clients: int, clients_per_round: int, q: float) -> int:
   """The static number of client slots K of a round for ``selection``."""
-  if selection == "poisson":
-    return poisson_cap(num_clients, q)
-  if selection == "all":
-    return num_clients
-  return clients_per_round
+  return selection_lib.get_rule(selection).slots(num_clients, clients_per_round, q)
 
 
 def select_clients(selection: str, num_clients: int, clients_per_round: int, q: float,
                    seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-  """Host-side client selection for round ``t``.
+  """Host-side client selection for round ``t`` by the rule ``selection``
+  (:data:`fedjax_dp.selection.RULES`).
 
-  Uses ``np.random.default_rng([seed, t])`` so a round's cohort does not depend on
-  earlier rounds (a resumed or re-planned run draws the same cohorts).
+  A round's cohort depends only on ``(seed, t)`` (``np.random.default_rng([seed, t])``;
+  round robin: on ``(seed, pass)``), not on earlier rounds, so a resumed or re-planned
+  run draws the same cohorts.
 
   Args:
     selection: ``'uniform'`` (K of U without replacement; Wei "K-user random
       scheduling"), ``'poisson'`` (each client independently with rate q),
-      ``'round_robin'`` (Fu et al.: consecutive groups of K, cycling), ``'all'``.
+      ``'round_robin'`` (Fu et al.: K at a time through a fresh permutation of the
+      U clients per pass of ceil(U/K) rounds), ``'all'``.
     num_clients: U.
     clients_per_round: K (uniform, round_robin).
     q: Poisson rate.
@@ -712,20 +740,9 @@ def select_clients(selection: str, num_clients: int, clients_per_round: int, q: 
   Returns:
     ``(idx [K_slots] int32, mask [K_slots] float32)``.
   """
-  k_slots = cohort_size(selection, num_clients, clients_per_round, q)
-  rng = np.random.default_rng([seed, t])
-  if selection == "uniform":
-    ids = np.sort(rng.choice(num_clients, clients_per_round, replace=False))
-  elif selection == "poisson":
-    ids = np.flatnonzero(rng.random(num_clients) < q)
-    if ids.size > k_slots:
-      raise RuntimeError(f"Poisson draw of {ids.size} clients exceeds the cap {k_slots}")
-  elif selection == "round_robin":
-    ids = (t * clients_per_round + np.arange(clients_per_round)) % num_clients
-  elif selection == "all":
-    ids = np.arange(num_clients)
-  else:
-    raise ValueError(f"server.selection: unknown {selection!r}; known: {SELECTIONS}")
+  rule = selection_lib.get_rule(selection)
+  k_slots = rule.slots(num_clients, clients_per_round, q)
+  ids = rule.sample(num_clients, clients_per_round, q, seed, t)
   idx = np.zeros(k_slots, np.int32)
   mask = np.zeros(k_slots, np.float32)
   idx[:ids.size] = ids

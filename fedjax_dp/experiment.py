@@ -43,7 +43,7 @@ from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan
+from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
 from fedjax_dp.results import RunDir
 from fedjax_dp.schedules import NoiseContext, get_schedule
 
@@ -132,8 +132,12 @@ def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
       clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
       chunk_size=cfg.client.chunk_size)
+  fraction = 1.0
+  if cfg.server.aggregation == "fixed":  # the expected share of examples in a round
+    fraction = selection_probability(cfg)
   return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
-                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate")
+                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
+                            expected_fraction=fraction)
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:
@@ -318,20 +322,24 @@ class RunLoop:
       return None
     self.horizon = plan.horizon
     client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
-    new_acct = privacy.accountant_step(self.acct, client_noise, central_noise)
-    certified = privacy.certified_epsilon(new_acct)
-    if cfg.privacy.enforce_budget and certified > privacy.target_epsilon * (1 + 1e-9):
-      self.status, self.running = "budget_exhausted", False
-      return None
     idx, sel = engine.select_clients(cfg.server.selection, self.setup.num_clients,
                                      cfg.server.clients_per_round, cfg.server.q, cfg.seed, t)
+    # Deterministic rules (round robin) are charged for the clients that take part.
+    new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,
+                                       selected=idx[sel > 0])
+    certified = privacy.certified_epsilon(new_acct)
+    # Each client against its own target (privacy.client_epsilons).
+    if cfg.privacy.enforce_budget and privacy.over_budget(new_acct):
+      self.status, self.running = "budget_exhausted", False
+      return None
     evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
     self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate)
     return engine.RoundArgs(
         idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
         clip=np.float32(cfg.client.clip), noise=np.asarray(client_noise[idx], np.float32),
         central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
-        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0))
+        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0),
+        stream=np.int32(cfg.privacy.noise_stream))
 
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
              wall: float) -> None:

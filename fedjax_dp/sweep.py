@@ -161,6 +161,10 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
                                      for lab, k in zip(labels, keys))
     point_cfg.name = f"{base.name}/{name}"
     point_cfg.progress = False  # the sweep has one bar over all points
+    if not point_cfg.privacy.common_random_numbers and "privacy.noise_stream" not in keys:
+      # Independent noise per point (privacy.noise_stream); a point re-run alone from
+      # its config.json draws the same.
+      point_cfg.privacy.noise_stream = int(point_cfg.privacy.noise_stream) + index
     points.append(Point(index, name, values, point_cfg))
   return points
 

@@ -131,7 +131,8 @@ def test_enforce_budget_stops_before_passing_target():
 
 
 def test_wei_eq10_run_records_claimed_and_certified():
-  res = experiment.run(_small(**{"privacy.epsilon": "4", "rounds": "200"}))
+  res = experiment.run(_small(**{"privacy.epsilon": "4", "rounds": "200",
+                                 "privacy.formula": "wei_eq10"}))
   claimed = [r["epsilon_claimed"] for r in res.rows]
   certified = [r["epsilon_certified"] for r in res.rows]
   # Eq. (10) spends its budget as sqrt(t / T): the claim reaches 4 exactly at T.

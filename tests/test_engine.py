@@ -141,10 +141,23 @@ def test_select_clients(selection):
   assert len(set(chosen.tolist())) == len(chosen)
   if selection in ("uniform", "round_robin"):
     assert len(chosen) == 5
-  if selection == "round_robin":
-    np.testing.assert_array_equal(np.sort(chosen), np.sort((35 + np.arange(5)) % 20))
   if selection == "all":
     assert len(chosen) == 20
+
+
+@pytest.mark.parametrize("u,k", [(20, 5), (23, 5), (7, 7), (10, 1)])
+def test_round_robin_visits_every_client_once_per_pass(u, k):
+  per_pass = -(-u // k)
+  passes = []
+  for p in range(3):
+    cohorts = [engine.select_clients("round_robin", u, k, 0.0, 4, t)
+               for t in range(p * per_pass, (p + 1) * per_pass)]
+    seen = np.concatenate([idx[mask > 0] for idx, mask in cohorts])
+    np.testing.assert_array_equal(np.sort(seen), np.arange(u))  # each client exactly once
+    passes.append(seen)
+  if u > k > 1:
+    # A fresh permutation per pass (seeded by (seed, pass)): the order changes.
+    assert not np.array_equal(passes[0], passes[1])
 
 
 def test_poisson_selection_rate():

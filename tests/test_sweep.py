@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
@@ -179,7 +180,7 @@ def test_cohorts_in_sequence_equal_vmapped_cohorts(sweep_devices):
       central_noise=np.zeros((g, lanes), np.float32),
       server_lr=np.ones((g, lanes), np.float32), round=np.full((g, lanes), 2, np.int32),
       seed=np.repeat(np.arange(g, dtype=np.uint32)[:, None], lanes, 1),
-      data_id=np.zeros((g, lanes), np.int32))
+      data_id=np.zeros((g, lanes), np.int32), stream=np.zeros((g, lanes), np.int32))
   active = np.ones((g, lanes), bool)
   active[1, 1] = False
 
@@ -189,3 +190,46 @@ def test_cohorts_in_sequence_equal_vmapped_cohorts(sweep_devices):
 
   for a, b in zip(jax.tree_util.tree_leaves(step(True)), jax.tree_util.tree_leaves(step(False))):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_points_draw_independent_noise_unless_common_random_numbers():
+  """Lanes of one cohort (same seed) get their own noise stream by default; with
+  privacy.common_random_numbers they share it (same noise at different scales)."""
+  base = _base()
+  streams = [p.config.privacy.noise_stream
+             for p in sweep.expand(base, {"privacy.epsilon": [1, 4, 16]})]
+  assert streams == [0, 1, 2]
+  crn = config_lib.override(base, ["privacy.common_random_numbers=true"])
+  assert [p.config.privacy.noise_stream
+          for p in sweep.expand(crn, {"privacy.epsilon": [1, 4]})] == [0, 0]
+
+  data = toy_federated(6, 12, (8,), 3, 0, n_max=12)
+  model = get_model("logistic", (8,), 3)
+  cfg = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"))
+  lanes, k = 2, 3
+  params = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (1, lanes) + a.shape),
+                                  model.init(jax.random.PRNGKey(0)))
+
+  step = jax.jit(lambda p, a: engine.sweep_step(model, cfg, p, data, a,
+                                                np.ones((1, lanes), bool)))
+
+  def noise_of(streams):
+    args = engine.RoundArgs(
+        idx=np.tile(np.arange(k, dtype=np.int32), (1, lanes, 1)),
+        sel_mask=np.ones((1, lanes, k), np.float32), lr=np.full((1, lanes, 1), 1e-6, np.float32),
+        clip=np.full((1, lanes), 0.7, np.float32),
+        noise=np.ones((1, lanes, k), np.float32) * np.asarray([1.0, 2.0])[None, :, None],
+        central_noise=np.zeros((1, lanes), np.float32),
+        server_lr=np.ones((1, lanes), np.float32), round=np.full((1, lanes), 2, np.int32),
+        seed=np.zeros((1, lanes), np.uint32), data_id=np.zeros((1, lanes), np.int32),
+        stream=np.asarray([streams], np.int32))
+    new, _ = step(params, args)
+    moved = [np.concatenate([np.ravel(n[0, j] - o[0, j]) for n, o in zip(
+        jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(params))])
+             for j in range(lanes)]
+    return moved
+
+  a, b = noise_of([0, 0])
+  np.testing.assert_allclose(b, 2 * a, rtol=1e-3, atol=1e-4)   # common random numbers
+  a, b = noise_of([0, 1])
+  assert abs(np.corrcoef(a, b)[0, 1]) < 0.2                    # independent draws

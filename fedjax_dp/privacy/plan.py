@@ -11,35 +11,43 @@ What each placement releases and how it is accounted (per client i, per round):
 ============  =====================  ==============================  =====================
 placement     clip_mode              sensitivity Delta_i             event
 ============  =====================  ==============================  =====================
-upload        per_example_l2 / l1    2 C sum_s eta_s / b_i           Gaussian/Laplace,
-                                     (Wei eq. (13): 2 eta C / |D_i|  replace-one example,
-                                     for one full-batch step)        client selection q
+upload        per_example_l2 / l1    2 C (eta_1 / b_i                Gaussian/Laplace,
+                                     + sum_{s>=2} eta_s)             replace-one example,
+                                     (Wei eq. (13), 2 eta C / |D_i|, the selection rule's
+                                     for one full-batch step)        event
 upload        param_l2, update_l2    2 C (the clipped vector moves   same
                                      inside a ball of radius C)
 step          per_example_*          2 C per step (summed clipped    E-fold composition,
-                                     gradient, replace-one)          client selection q
-central       update_l2              2 C max_i p_i (replace-one      client-level, Poisson
-                                     client in the weighted mean)    or fixed-size K of U
+                                     gradient, replace-one)          the rule's event
+central       update_l2              2 C max_i p_i (replace-one      client-level, the
+                                     client in the weighted mean)    rule's event
 ============  =====================  ==============================  =====================
 
-``b_i`` is the batch size (|D_i| for full batch). For more than one local step with
-upload noise the sum over steps is the spec's upper bound (specs/wei_udp_crd.md
-section 10 item 4); it assumes the steps' clipped gradients differ in one example
-only, which is exact for one step and a heuristic beyond. Minibatch steps are
-accounted without example-level subsampling amplification (conservative).
+``b_i`` is the batch size (|D_i| for full batch) and ``eta_s`` the learning rate of
+local step s. Minibatch steps are accounted without example-level subsampling
+amplification (conservative). The selection rule's event comes from
+:mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
+charged per client for the rounds it took part in. Each sensitivity is proved in
+:func:`upload_sensitivity` and :func:`central_sensitivity` for the replace-one
+adjacency the accountant assumes; ``tests/test_sensitivity.py`` searches for
+neighbouring datasets that break them.
+
+The noise scale of a constant schedule and the epsilon a formula claims come from
+the registry :data:`FORMULAS` (``privacy.formula``); the default, ``calibrated``,
+is the smallest noise whose certified epsilon meets the target.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_dp import selection as selection_lib
 from fedjax_dp.privacy import accounting
-
-FORMULAS = ("wei_eq10", "noise_multiplier", "calibrated")
 
 
 class AccountantState(NamedTuple):
@@ -57,6 +65,59 @@ class AccountantState(NamedTuple):
   rounds: int
 
 
+class Formula(NamedTuple):
+  """How ``privacy.formula`` sets the noise and what it claims.
+
+  Attributes:
+    noise_scale: ``(plan, eps [U], rounds) -> [U]`` noise scale (std, or Laplace b)
+      of a constant schedule of ``rounds`` rounds for finite targets ``eps``.
+    claimed: ``(plan, state) -> float`` the epsilon the formula claims after
+      ``state.rounds`` rounds (worst client); ``None``: the certified epsilon.
+  """
+
+  noise_scale: Callable[..., np.ndarray]
+  claimed: Callable[..., float] | None = None
+
+
+def _wei_eq10_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  from fedjax_dp.privacy import formulas
+  return formulas.wei_sigma_eq10(eps, plan.delta, plan.q, rounds, plan.sensitivity)
+
+
+def _wei_eq10_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """Inverts eq. (10)/(25): ``eps_i(t) = Delta_i sqrt(2 q ln(1/delta) sum sigma^-2)``
+  (spec section 3.6)."""
+  if np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)):
+    return math.inf
+  from fedjax_dp.privacy import formulas
+  # inv_var_sum holds sum (Delta_i / sigma_tau)^2, i.e. sum sigma^-2 in units of Delta_i.
+  return float(np.max(formulas.wei_epsilon_claimed(state.inv_var_sum, plan.delta, plan.q,
+                                                   1.0)))
+
+
+def _multiplier_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  return plan.noise_multiplier * plan.sensitivity
+
+
+def _calibrated_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """The smallest z whose ``rounds`` rounds our certified accountant meets at
+  ``(eps, delta)``, times the sensitivity."""
+  from fedjax_dp.privacy import calibration
+  z = calibration.calibrate(lambda x: [plan.horizon_event(x, rounds)], eps, plan.delta)
+  return np.broadcast_to(z, eps.shape) * plan.sensitivity
+
+
+# privacy.formula -> Formula. Wei eq. (10) is the paper's formula as printed (it
+# overspends above epsilon ~4.6, specs/wei_udp_crd.md errata): an explicit choice,
+# never the default. New formulas (Yuan eq. (8)/(9), Fu Thm. 1/2) are peers here.
+FORMULAS: dict[str, Formula] = {
+    "calibrated": Formula(_calibrated_scale),
+    "wei_eq10": Formula(_wei_eq10_scale, _wei_eq10_claimed),
+    "noise_multiplier": Formula(_multiplier_scale),
+}
+DEFAULT_FORMULA = "calibrated"
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PrivacyPlan:
   """Mechanism + sensitivity + sampling + accounting of one run.
@@ -64,11 +125,12 @@ class PrivacyPlan:
   Attributes:
     mechanism: ``'gaussian'`` or ``'laplace'``.
     placement: ``'upload'``, ``'step'``, ``'central'`` or ``'none'``.
-    formula: how the noise scale is set (see :data:`FORMULAS`).
-    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise).
+    formula: how the noise scale is set (a key of :data:`FORMULAS`).
+    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise, and an infinite
+      certified epsilon for that client as soon as it releases).
     delta: target delta.
-    q: per-round selection probability of a client.
-    selection: ``'uniform'``, ``'poisson'``, ``'round_robin'`` or ``'all'``.
+    q: per-round marginal selection probability of a client.
+    selection: a rule of :data:`fedjax_dp.selection.RULES`.
     sensitivity: ``[U]`` sensitivity of each client's noised release (of the
       aggregate, for ``'central'``).
     steps: noised releases per selected round (E for ``'step'``, else 1).
@@ -100,65 +162,53 @@ class PrivacyPlan:
   def noiseless(self) -> bool:
     return self.placement == "none" or bool(np.all(np.isinf(self.epsilon)))
 
+  @property
+  def rule(self) -> selection_lib.SelectionRule:
+    return selection_lib.get_rule(self.selection)
+
   # --------------------------------------------------------------- noise
   def noise_scale(self, rounds: int) -> np.ndarray:
     """``[U]`` per-client noise scale (std, or Laplace b) for a constant schedule of
-    ``rounds`` rounds, from the configured formula."""
+    ``rounds`` rounds, from the configured formula (0 where the target is inf)."""
     if self.noiseless:
       return np.zeros(self.num_clients)
     finite = np.isfinite(self.epsilon)
     eps = np.where(finite, self.epsilon, 1.0)
-    if self.formula == "wei_eq10":
-      from fedjax_dp.privacy import formulas
-      scale = formulas.wei_sigma_eq10(eps, self.delta, self.q, rounds, self.sensitivity)
-    elif self.formula == "noise_multiplier":
-      scale = self.noise_multiplier * self.sensitivity
-    else:  # calibrated: our certified accountant meets (eps, delta) after `rounds`
-      scale = self._calibrated_multiplier(eps, rounds) * self.sensitivity
+    scale = FORMULAS[self.formula].noise_scale(self, eps, rounds)
     return np.where(finite, scale, 0.0)
 
-  def _calibrated_multiplier(self, eps: np.ndarray, rounds: int) -> np.ndarray:
-    """``[U]`` smallest z whose ``rounds`` rounds certify ``eps`` (vectorised)."""
-    from fedjax_dp.privacy import calibration
-    template = self.event(np.ones(1))
-    if self.placement == "step" and self.mechanism == "gaussian":
-      scale_back = math.sqrt(self.steps)   # event() divides z by sqrt(E)
-    elif self.placement == "step":
-      scale_back = float(self.steps)
-    else:
-      scale_back = 1.0
-    z = calibration.calibrate(
-        lambda x: [template.replace(noise_multiplier=x / scale_back, count=rounds)],
-        eps, self.delta)
-    return np.broadcast_to(z, eps.shape)
-
   # --------------------------------------------------------------- accounting
-  def event(self, z: np.ndarray) -> accounting.Event:
+  def event(self, z: np.ndarray, participated: Any = True) -> accounting.Event:
     """The accounting event of one round for noise multipliers ``z [U]`` (scale /
-    sensitivity). ``inf`` means no noise: nothing certified."""
+    sensitivity; ``inf``: no noise). ``participated [U]`` says who took part, for
+    rules whose participation is charged as it happened (round robin)."""
     z = np.asarray(z, np.float64)
     if self.placement == "step":
       # E noised steps inside one selection: the Gaussians' z^-2 add up, so the round is
-      # one Gaussian with z / sqrt(E) (exact); for Laplace use basic composition as count.
-      if self.mechanism == "gaussian":
-        z = z / math.sqrt(self.steps)
+      # one Gaussian with z / sqrt(E) (exact); Laplace: basic composition, z / E.
+      z = z / (math.sqrt(self.steps) if self.mechanism == "gaussian" else self.steps)
     level = "client" if self.placement == "central" else "example"
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
-                              "relation": "replace_one", "level": level}
-    if self.placement == "step" and self.mechanism == "laplace":
-      kw["noise_multiplier"] = z / self.steps  # pure-eps composition of E steps
-    if self.selection == "all" or self.q >= 1:
+                          "relation": "replace_one", "level": level}
+    rule = self.rule
+    if rule.deterministic:
+      kw.update(sampling="round_robin", participated=participated)
+    elif self.q >= 1:
       kw.update(sampling="full")
-    elif level == "example":
-      kw.update(sampling="selection", q=self.q)
-    elif self.selection == "poisson":
-      kw.update(sampling="poisson", q=self.q)
-    elif self.selection == "uniform":
-      kw.update(sampling="fixed_size", population=self.num_clients,
-                sample_size=self.clients_per_round)
-    else:  # round robin, client level: deterministic turns, no amplification
-      kw.update(sampling="full")
+    else:
+      kw.update(rule.sampling(level, self.num_clients, self.clients_per_round, self.q))
     return accounting.Event(**kw)
+
+  def horizon_event(self, z: np.ndarray, rounds: int) -> accounting.Event:
+    """The event of a constant schedule of ``rounds`` rounds at multiplier ``z``, for
+    the client charged most: a deterministic rule charges the most turns one client
+    can take (:attr:`SelectionRule.max_participations`)."""
+    rule = self.rule
+    count = rounds
+    if rule.deterministic:
+      count = rule.max_participations(self.num_clients, self.clients_per_round, self.q,
+                                      rounds)
+    return self.event(z).replace(count=count)
 
   def accountant_init(self) -> AccountantState:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
@@ -187,45 +237,72 @@ class PrivacyPlan:
     with np.errstate(divide="ignore"):
       return np.where(scale > 0, scale / self.sensitivity, np.inf)
 
+  def participation(self, selected: np.ndarray | None) -> np.ndarray:
+    """``[U]`` bool: who may have released this round. ``selected`` are the ids of the
+    round's cohort; only deterministic rules read it (a random rule's realised draw
+    is part of its amplification and must not be passed to the accountant)."""
+    part = np.ones(self.num_clients, bool)
+    if self.rule.deterministic:
+      if selected is None:
+        raise ValueError(f"server.selection={self.selection!r} is accounted per client: "
+                         "accountant_step needs the round's selected client ids")
+      part = np.zeros(self.num_clients, bool)
+      part[np.asarray(selected, np.int64)] = True
+    return part
+
   def accountant_step(self, state: AccountantState, noise: np.ndarray,
-                      central_noise: float = 0.0) -> AccountantState:
-    """Composes one round whose plan added ``noise [U]`` (or ``central_noise``)."""
+                      central_noise: float = 0.0,
+                      selected: np.ndarray | None = None) -> AccountantState:
+    """Composes one round whose plan added ``noise [U]`` (or ``central_noise``) and
+    selected the clients ``selected`` (ids; needed by deterministic rules).
+
+    A client that may release without noise (multiplier ``inf``: a target of
+    ``inf``, or a schedule's zero noise) is charged an infinite epsilon: nothing
+    hides its data.
+    """
+    part = self.participation(selected)
     z = self.multipliers(noise, central_noise)
-    if self.noiseless or np.all(np.isinf(z)):
-      rdp = state.rdp._replace(rdp=np.full_like(state.rdp.rdp, np.inf))
-      return AccountantState(rdp, state.inv_var_sum, state.rounds + 1)
-    rdp = accounting.rdp_compose(state.rdp, self.event(z))
+    if self.placement == "none":
+      z = np.full(self.num_clients, np.inf)
+    exposed = np.isinf(z) & part
+    rdp = state.rdp
+    if not np.all(np.isinf(z)):
+      rdp = accounting.rdp_compose(rdp, self.event(z, part))
+    if np.any(exposed):
+      rdp = rdp._replace(rdp=np.where(exposed[:, None], np.inf, rdp.rdp))
     with np.errstate(divide="ignore"):
       inv = np.where(np.isinf(z), np.inf, 1.0 / np.square(z))
     return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1)
 
-  def certified_epsilon(self, state: AccountantState) -> float:
-    """Worst client's epsilon at ``delta`` by the RDP accountant (inf if no noise)."""
-    if np.any(np.isinf(state.rdp.rdp)):
-      return math.inf
+  def certified_epsilons(self, state: AccountantState) -> np.ndarray:
+    """``[U]`` each client's epsilon at ``delta`` by the RDP accountant (inf where a
+    client released without noise)."""
     if state.rounds == 0:
-      return 0.0
-    return float(np.max(accounting.rdp_epsilon(state.rdp, self.delta)))
+      return np.zeros(self.num_clients)
+    rdp = state.rdp.rdp
+    bad = np.any(np.isinf(rdp), axis=-1)
+    safe = state.rdp._replace(rdp=np.where(bad[:, None], 0.0, rdp))
+    eps = np.asarray(accounting.rdp_epsilon(safe, self.delta), np.float64)
+    return np.where(bad, np.inf, eps)
+
+  def certified_epsilon(self, state: AccountantState) -> float:
+    """Worst client's epsilon at ``delta`` by the RDP accountant (inf if any client
+    released without noise)."""
+    return float(np.max(self.certified_epsilons(state)))
+
+  def over_budget(self, state: AccountantState) -> bool:
+    """Whether some client's certified epsilon passes its own target."""
+    return bool(np.any(self.certified_epsilons(state) > self.epsilon * (1 + 1e-9)))
 
   def claimed_epsilon(self, state: AccountantState) -> float:
-    """What the configured paper formula claims after ``state.rounds`` rounds.
-
-    For ``wei_eq10`` this inverts eq. (10)/(25):
-    ``eps_i(t) = Delta_i sqrt(2 q ln(1/delta) sum_tau sigma_tau^-2)`` (spec section 3.6);
-    for the other formulas the claim is our certified accountant.
-    """
-    if self.formula != "wei_eq10":
-      return self.certified_epsilon(state)
-    if np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)):
-      return math.inf
-    from fedjax_dp.privacy import formulas
-    # inv_var_sum holds sum (Delta_i / sigma_tau)^2, i.e. sum sigma^-2 in units of Delta_i.
-    return float(np.max(formulas.wei_epsilon_claimed(state.inv_var_sum, self.delta, self.q,
-                                                     1.0)))
+    """What the configured formula claims after ``state.rounds`` rounds (for
+    ``wei_eq10``: eq. (10)/(25) inverted; for the others, the certified epsilon)."""
+    claimed = FORMULAS[self.formula].claimed
+    return self.certified_epsilon(state) if claimed is None else claimed(self, state)
 
   def describe(self) -> dict[str, Any]:
     """A JSON-able summary for ``summary.json``."""
-    ev = None if self.noiseless else self.event(np.ones(1))
+    ev = None if self.noiseless else self.event(np.ones(self.num_clients))
     return {
         "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
@@ -238,40 +315,118 @@ class PrivacyPlan:
 
 def selection_probability(cfg) -> float:
   """A client's per-round selection probability for the configured selection."""
-  u = int(cfg.data.num_clients)
-  sel = cfg.server.selection
-  if sel == "all":
-    return 1.0
-  if sel == "poisson":
-    return float(cfg.server.q)
-  return int(cfg.server.clients_per_round) / u
+  return float(selection_lib.get_rule(cfg.server.selection).q(
+      int(cfg.data.num_clients), int(cfg.server.clients_per_round), float(cfg.server.q)))
+
+
+def local_learning_rates(cfg) -> np.ndarray:
+  """``[E]`` the local step sizes ``eta_s = lr * lr_decay**s`` (schedule scale 1)."""
+  steps = int(cfg.client.local_steps)
+  return float(cfg.client.lr) * float(cfg.client.lr_decay) ** np.arange(steps)
+
+
+def upload_sensitivity(clip: float, lrs: np.ndarray, batch: np.ndarray) -> np.ndarray:
+  """``[U]`` replace-one sensitivity of a client's final model after E local steps of
+  clipped-gradient descent (per-example clipping, L2 or L1, norm C), no noise inside.
+
+  ``Delta_i = 2 C (eta_1 / b_i + sum_{s>=2} eta_s)``.
+
+  Proof (for any norm whose ball the clipping projects on; L2 or L1). Let D, D'
+  differ in one example of client i, and w_s, w'_s the two runs' parameters before
+  step s (w_1 = w'_1, the global model). A step is
+  ``w_{s+1} = w_s - eta_s (g_s(w_s) + kappa w_s)`` with ``g_s`` the mean over the b_i
+  examples of the step's batch of per-example gradients clipped to norm C, and the
+  batch drawn from a key that does not depend on the data. At step 1 only the
+  replaced example's clipped gradient differs: ``||g_1 - g'_1|| <= 2 C / b_i``. At
+  a later step the parameters already differ, so every example's gradient may
+  differ (B1 of the trust review: a flipped hinge active set), but each clipped
+  mean lies in the ball of radius C: ``||g_s(w_s) - g'_s(w'_s)|| <= 2 C``. With
+  ``|1 - eta_s kappa| <= 1`` (checked by :func:`make_privacy_plan`),
+  ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s|| + eta_s ||g_s - g'_s||``; summing over s
+  gives the bound. For E = 1 it is Wei et al.'s eq. (13), ``2 eta C / |D_i|``.
+
+  Args:
+    clip: C.
+    lrs: ``[E]`` the local step sizes.
+    batch: ``[U]`` examples per step b_i.
+  """
+  lrs = np.asarray(lrs, np.float64)
+  return 2.0 * clip * (lrs[0] / np.asarray(batch, np.float64) + np.sum(lrs[1:]))
+
+
+def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_name: str,
+                        clients_per_round: int, q: float) -> float:
+  """Replace-one (client level) sensitivity of the aggregate that the server noises.
+
+  Each client uploads ``w_i`` with ``||w_i - w|| <= C`` (``update_l2`` clipping), so
+  replacing client i's data moves its upload by at most 2 C and the aggregate by
+  ``2 C p_i``, where ``p_i`` is its weight; the bound is ``2 C max p_i`` over every
+  cohort the rule can draw:
+
+  * ``'unnormalized'``: ``p_i = |D_i| / |D|``;
+  * ``'fixed'``: ``p_i = |D_i| / (f |D|)`` (f the expected share; DP-FedAvg);
+  * ``'normalized'``: ``p_i = |D_i| / sum_{j in S} |D_j|``, largest for the largest
+    client among the smallest cohort the rule can draw (its ``min_cohort`` size).
+    A rule that can draw a cohort of one (Poisson) gives ``p_i = 1``: such a run
+    would need the noise of one client per round, so it is refused instead.
+
+  Raises:
+    ValueError: ``'normalized'`` with a rule whose cohort size is random.
+  """
+  counts = np.asarray(counts, np.float64)
+  u = counts.size
+  if aggregation == "unnormalized":
+    return 2.0 * clip * float(np.max(counts) / np.sum(counts))
+  if aggregation == "fixed":
+    return 2.0 * clip * float(np.max(counts) / (q * np.sum(counts)))
+  rule = selection_lib.get_rule(rule_name)
+  k = rule.min_cohort(u, clients_per_round, q)
+  if k < 1:
+    raise ValueError(
+        "privacy.placement='central' with server.selection='poisson' and "
+        "server.aggregation='normalized' has no useful sensitivity: the aggregate is "
+        "divided by the realised cohort's total, so a small draw makes one client's "
+        "weight up to 1 while the noise is sized for K clients. Use "
+        "server.aggregation='fixed' (divide by the expected total q sum |D_i|, as "
+        "DP-FedAvg) or server.selection='uniform'")
+  smallest = np.sort(counts)[:k]
+  return 2.0 * clip * float(np.max(counts) / (np.sum(smallest) - smallest[-1]
+                                              + np.max(counts)))
 
 
 def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
   """Builds the :class:`PrivacyPlan` of a config for clients with ``counts [U]`` examples.
 
   Raises:
-    ValueError: a placement/clipping combination without a sensitivity, naming the
-      fields.
+    ValueError: a placement/clipping/selection/aggregation combination without a
+      proven sensitivity, naming the fields.
   """
   counts = np.asarray(counts, np.float64)
   u = counts.size
   placement, clip_mode = cfg.privacy.placement, cfg.client.clip_mode
   if cfg.privacy.formula not in FORMULAS:
-    raise ValueError(f"privacy.formula: unknown {cfg.privacy.formula!r}; known: {FORMULAS}")
+    raise ValueError(f"privacy.formula: unknown {cfg.privacy.formula!r}; known: "
+                     f"{tuple(FORMULAS)}")
+  selection_lib.get_rule(cfg.server.selection)  # an unknown rule raises, naming the field
   eps = np.full(u, float(cfg.privacy.epsilon))
   if len(cfg.privacy.client_epsilons):
     eps = np.resize(np.asarray(cfg.privacy.client_epsilons, np.float64), u)
   clip = float(cfg.client.clip)
   steps = int(cfg.client.local_steps)
-  lr_sum = float(np.sum(cfg.client.lr * cfg.client.lr_decay ** np.arange(steps)))
+  lrs = local_learning_rates(cfg)
+  q = selection_probability(cfg)
   batch = np.minimum(counts, cfg.client.batch_size) if cfg.client.batch_size else counts
   per_example = clip_mode in ("per_example_l2", "per_example_l1")
   if placement == "none":
     sens = np.ones(u)
   elif placement == "upload":
     if per_example:
-      sens = 2.0 * clip * lr_sum / batch   # Wei eq. (13) for one full-batch step
+      if steps > 1 and float(cfg.client.l2_reg) * float(np.max(lrs)) > 2.0:
+        raise ValueError(
+            "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
+            "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
+            "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
+      sens = upload_sensitivity(clip, lrs, batch)
     elif clip_mode in ("param_l2", "update_l2"):
       sens = np.full(u, 2.0 * clip)
     else:
@@ -287,15 +442,9 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
     if clip_mode != "update_l2":
       raise ValueError("privacy.placement='central' needs client.clip_mode='update_l2', "
                        f"got {clip_mode!r}")
-    k = u if cfg.server.selection == "all" else int(cfg.server.clients_per_round)
-    if cfg.server.aggregation == "normalized":
-      # Weights |D_i| / sum of the cohort's |D_j|; bound by the largest client over the
-      # smallest possible cohort total.
-      smallest = np.sort(counts)[:max(k, 1)]
-      p_max = float(np.max(counts) / (np.sum(smallest) - smallest[-1] + np.max(counts)))
-    else:
-      p_max = float(np.max(counts) / np.sum(counts))
-    sens = np.full(u, 2.0 * clip * p_max)
+    sens = np.full(u, central_sensitivity(clip, counts, cfg.server.aggregation,
+                                          cfg.server.selection,
+                                          int(cfg.server.clients_per_round), q))
   else:
     raise ValueError(f"privacy.placement: unknown {placement!r}")
   if cfg.privacy.mechanism == "laplace" and clip_mode not in ("per_example_l1",) \
@@ -304,7 +453,7 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
                      "client.clip_mode='per_example_l1'")
   return PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
-      epsilon=eps, delta=float(cfg.privacy.delta), q=selection_probability(cfg),
+      epsilon=eps, delta=float(cfg.privacy.delta), q=q,
       selection=cfg.server.selection, sensitivity=sens,
       steps=steps if placement == "step" else 1,
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,

@@ -1,0 +1,217 @@
+"""Sensitivity harness: the plan's Delta against neighbouring datasets, searched.
+
+For each (clip mode, placement, selection, aggregation, local steps, batch) the
+config accepts, draw neighbouring datasets -- random ones, and adversarial ones that
+put every example just outside the hinge so that one replaced example flips the
+active set of all the others after step 1 (finding B1) -- run what the engine runs
+without noise, and assert that the released quantity never moves by more than the
+:class:`PrivacyPlan`'s sensitivity, in the norm of the mechanism (L2 Gaussian, L1
+Laplace). The release is the client's upload (``'upload'``), one step's clipped
+gradient sum at given parameters (``'step'``: the noise is drawn on it, and the
+next step conditions on the noisy output), or the aggregate of a round that the
+selection rule can draw (``'central'``: small cohorts included).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_dp import client as client_lib
+from fedjax_dp import config as config_lib
+from fedjax_dp import engine, experiment, selection
+from fedjax_dp.data.federated import build_federated_data
+from fedjax_dp.models import get_model
+from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy.plan import make_privacy_plan
+
+N = 6          # examples per client
+TRIALS = 96    # neighbouring pairs per configuration (half random, half adversarial)
+MODEL = get_model("linear_svm", (2,), 2)
+
+
+def _cfg(**sets):
+  return config_lib.override(config_lib.base_config(), [f"{k}={v}" for k, v in sets.items()])
+
+
+def _dist(a, b, ord):
+  diff = jnp.concatenate([jnp.ravel(u - v) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                                            jax.tree_util.tree_leaves(b))])
+  return jnp.sum(jnp.abs(diff)) if ord == 1 else jnp.sqrt(jnp.sum(jnp.square(diff)))
+
+
+def _pairs(seed, lr, clip):
+  """``TRIALS`` (params, x, y, x', y') with D, D' differing in example 0."""
+  rng = np.random.default_rng(seed)
+  half = TRIALS // 2
+  # Random: Gaussian features, labels and parameters.
+  x = rng.normal(size=(TRIALS, N, 2)) * rng.choice([0.3, 3.0], size=(TRIALS, 1, 1))
+  y = rng.integers(0, 2, (TRIALS, N))
+  kernel = rng.normal(size=(TRIALS, 2, 2))
+  bias = rng.normal(size=(TRIALS, 2))
+  # Adversarial (B1): identical examples of label 0 whose margin b_0 - b_1 sits just
+  # above 1, within what one replaced example's first step can move it.
+  x[half:] = rng.normal(size=(TRIALS - half, 1, 2)) * 1e-3
+  y[half:] = 0
+  kernel[half:] = 0.0
+  margin = 1.0 + rng.uniform(0.0, 2.0, TRIALS - half) * lr * clip / N
+  bias[half:] = np.stack([margin / 2, -margin / 2], axis=1)
+  x2, y2 = x.copy(), y.copy()
+  x2[:, 0] = rng.normal(size=(TRIALS, 2)) * rng.choice([0.0, 1.0, 5.0], size=(TRIALS, 1))
+  y2[:, 0] = 1 - y[:, 0]
+  params = {"Dense_0": {"kernel": kernel, "bias": bias}}
+  f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+  return (jax.tree_util.tree_map(f32, params), f32(x), jnp.asarray(y, jnp.int32), f32(x2),
+          jnp.asarray(y2, jnp.int32))
+
+
+UPLOAD_CASES = [  # clip_mode, mechanism, E, batch, l2_reg
+    ("per_example_l2", "gaussian", 1, 0, 0.0),
+    ("per_example_l2", "gaussian", 3, 4, 0.1),
+    ("per_example_l1", "laplace", 3, 0, 0.0),
+    ("param_l2", "gaussian", 2, 0, 0.0),
+    ("update_l2", "gaussian", 3, 4, 0.0),
+]
+
+
+@pytest.mark.parametrize("clip_mode,mechanism,steps,batch,l2_reg", UPLOAD_CASES)
+def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, batch, l2_reg):
+  lr, clip = 0.5, 1.0
+  cfg = _cfg(**{"client.clip_mode": clip_mode, "privacy.mechanism": mechanism,
+                "client.local_steps": steps, "client.batch_size": batch,
+                "client.l2_reg": l2_reg, "client.lr": lr, "client.clip": clip,
+                "data.num_clients": 1, "server.clients_per_round": 1})
+  plan = make_privacy_plan(cfg, np.array([N]))
+  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+                             noise_placement="none")
+  hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
+                                jnp.float32(0), jnp.float32(0))
+  ord = 1 if mechanism == "laplace" else 2
+  mask = jnp.ones(N, jnp.float32)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x, y, x2, y2, key):
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    return _dist(a, b, ord)
+
+  keys = jax.random.split(jax.random.PRNGKey(3), TRIALS)
+  d = np.asarray(moved(*_pairs(len(clip_mode) + steps, lr, clip), keys))
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.0
+
+
+def test_adversarial_search_finds_the_active_set_flip():
+  """The search is not vacuous: with E = 2 it finds pairs that move the upload beyond
+  ``2 C sum_s eta_s / b``, the sensitivity before the fix (finding B1)."""
+  lr, clip = 0.5, 1.0
+  ccfg = client_lib.ClientConfig(local_steps=2, clip_mode="per_example_l2",
+                                 noise_placement="none")
+  hp = client_lib.ClientHParams(jnp.full((2,), lr, jnp.float32), jnp.float32(clip),
+                                jnp.float32(0), jnp.float32(0))
+  mask = jnp.ones(N, jnp.float32)
+  key = jax.random.PRNGKey(0)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x, y, x2, y2):
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    return _dist(a, b, 2)
+
+  d = np.asarray(moved(*_pairs(0, lr, clip)))
+  assert d.max() > 1.2 * (2 * clip * 2 * lr / N)
+
+
+@pytest.mark.parametrize("ord", [2, 1])
+def test_step_release_within_plan_sensitivity(ord):
+  """``'step'`` noises each step's sum of clipped gradients: 2 C for any parameters."""
+  clip = 1.0
+  mode, mech = ("per_example_l2", "gaussian") if ord == 2 else ("per_example_l1", "laplace")
+  cfg = _cfg(**{"client.clip_mode": mode, "privacy.mechanism": mech,
+                "privacy.placement": "step", "client.local_steps": 3,
+                "data.num_clients": 1, "server.clients_per_round": 1})
+  plan = make_privacy_plan(cfg, np.array([N]))
+  mask = jnp.ones(N, jnp.float32)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x, y, x2, y2):
+    a = clipping.per_example_clipped_grad_sum(MODEL, params, x, y, mask, clip, ord)[0]
+    b = clipping.per_example_clipped_grad_sum(MODEL, params, x2, y2, mask, clip, ord)[0]
+    return _dist(a, b, ord)
+
+  d = np.asarray(moved(*_pairs(5, 0.5, clip)))
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.5 * plan.sensitivity[0]
+
+
+CENTRAL_CASES = [  # selection, aggregation, K, q
+    ("uniform", "normalized", 3, 0.0),
+    ("round_robin", "normalized", 3, 0.0),   # U = 8: every third round selects 2
+    ("uniform", "unnormalized", 3, 0.0),
+    ("poisson", "fixed", 0, 0.3),
+]
+
+
+@pytest.mark.parametrize("selection_name,aggregation,k,q", CENTRAL_CASES)
+def test_central_release_within_plan_sensitivity(selection_name, aggregation, k, q):
+  """Replace one selected client's data entirely, in cohorts the rule can draw
+  (Poisson: down to a single client), and measure the aggregate."""
+  u, clip, lr = 8, 1.0, 3.0
+  rng = np.random.default_rng(1)
+  sizes = rng.integers(2, N + 1, u)
+  x = rng.normal(size=(sizes.sum(), 2)).astype(np.float32)
+  y = rng.integers(0, 2, sizes.sum()).astype(np.int32)
+  bounds = np.concatenate([[0], np.cumsum(sizes)])
+  clients = [np.arange(bounds[i], bounds[i + 1]) for i in range(u)]
+  data = build_federated_data(x, y, clients)
+  cfg = _cfg(**{"data.num_clients": u, "server.selection": selection_name,
+                "server.clients_per_round": max(k, 1), "server.q": q,
+                "server.aggregation": aggregation, "privacy.placement": "central",
+                "client.clip_mode": "update_l2", "client.clip": clip, "client.lr": lr})
+  plan = make_privacy_plan(cfg, np.asarray(data.counts))
+  rcfg = experiment._client_round_config(cfg)
+  rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
+                                                              noise_placement="none"))
+  fn = engine.make_round_fn(MODEL, rcfg)
+  slots = engine.cohort_size(selection_name, u, max(k, 1), q)
+  cohorts = [engine.select_clients(selection_name, u, max(k, 1), q, 0, t) for t in range(6)]
+  if selection_name == "poisson":  # the small draws that broke the normalized weights
+    for ids in ([2], [2, 5]):
+      idx, sel = np.zeros(slots, np.int32), np.zeros(slots, np.float32)
+      idx[:len(ids)], sel[:len(ids)] = ids, 1.0
+      idx[len(ids):] = ids[0]
+      cohorts.append((idx, sel))
+  params = MODEL.init(jax.random.PRNGKey(0))
+  worst = 0.0
+  for t, (idx, sel) in enumerate(cohorts):
+    args = engine.RoundArgs(
+        idx=jnp.asarray(idx), sel_mask=jnp.asarray(sel), lr=jnp.asarray([lr], jnp.float32),
+        clip=jnp.float32(clip), noise=jnp.zeros(slots, jnp.float32),
+        central_noise=jnp.float32(0), server_lr=jnp.float32(1), round=jnp.int32(t),
+        seed=jnp.uint32(0))
+    a, _ = fn(params, data, args)
+    target = int(idx[sel > 0][0])
+    for trial in range(3):
+      flip = data._replace(
+          x=data.x.at[target].set(jnp.asarray(rng.normal(size=data.x.shape[1:]) * 5,
+                                              jnp.float32)),
+          y=data.y.at[target].set(1 - data.y[target]))
+      b, _ = fn(params, flip, args)
+      worst = max(worst, float(_dist(a, b, 2)))
+  assert worst <= plan.sensitivity[0] * (1 + 1e-5), (worst, plan.sensitivity[0])
+  assert worst > 0.0
+
+
+def test_central_poisson_normalized_refused_and_round_robin_smallest_cohort():
+  cfg = _cfg(**{"data.num_clients": 8, "server.selection": "poisson", "server.q": 0.3,
+                "privacy.placement": "central", "client.clip_mode": "update_l2"})
+  with pytest.raises(ValueError, match="server.aggregation='fixed'"):
+    make_privacy_plan(cfg, np.full(8, 4))
+  rule = selection.get_rule("round_robin")
+  assert rule.min_cohort(8, 3, 0.0) == 2
