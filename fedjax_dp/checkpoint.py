@@ -42,6 +42,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_dp import results
+from fedjax_dp.config import ConfigError
 
 FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
@@ -197,8 +198,6 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
     config.ConfigError: ``path`` holds a run of another config; the message names
       the differing fields.
   """
-  from fedjax_dp.config import ConfigError
-
   path = Path(path)
   found = path / "config.json"
   if not found.exists() or not any(

@@ -38,19 +38,15 @@ import numpy as np
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, sharding
+from fedjax_dp import engine, optimal_t, sharding
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
-from fedjax_dp.results import RunDir
+from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.schedules import NoiseContext, get_schedule
 
-METRIC_COLUMNS = (
-    "round", "test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
-    "num_selected", "noise_mean", "horizon", "epsilon_claimed", "epsilon_certified",
-    "wall_s")
 CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
 
 
@@ -67,13 +63,6 @@ class Setup:
   privacy: PrivacyPlan
   num_clients: int
   k_slots: int
-
-
-@dataclasses.dataclass
-class RunResult:
-  rows: list[dict[str, Any]]
-  summary: dict[str, Any]
-  params: Any
 
 
 def _skews(cfg):
@@ -423,8 +412,6 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   """
   from tqdm.auto import tqdm
 
-  from fedjax_dp import optimal_t
-
   if out_dir and sharding.is_primary():
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
   if optimal_t.is_optimal_t(cfg):
@@ -434,7 +421,7 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
                unit="round")
     try:
       with interruptible():
-        return optimal_t.run(cfg, out_dir, bar=bar)
+        return _run_optimal_t(cfg, out_dir, bar=bar)
     finally:
       bar.close()
   setup = setup or build(cfg)
@@ -477,6 +464,15 @@ def interruptible():
   finally:
     signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
     _SIGINT.requested = False
+
+
+def _run_optimal_t(cfg, out_dir: str | None, *, bar=None) -> RunResult:
+  """Runs an ``optimal_t`` config's candidates as one batched sweep and keeps the best
+  (:mod:`fedjax_dp.optimal_t`)."""
+  cands = optimal_t.candidates(cfg)
+  dirs = [optimal_t.candidate_dir(out_dir, t) for t, _ in cands]
+  res = run_batched([c for _, c in cands], dirs, bar=bar)
+  return optimal_t.select(cfg, [(t, r) for (t, _), r in zip(cands, res)], out_dir)
 
 
 def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None], *,

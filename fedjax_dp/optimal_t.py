@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, results
+from fedjax_dp import results
 
 NAME = "optimal_t"
 TABLE_COLUMNS = ("rounds", "final_test_loss", "final_test_accuracy", "epsilon_claimed",
@@ -77,8 +77,8 @@ def _final(summary) -> float:
   return math.inf if loss is None or not math.isfinite(float(loss)) else float(loss)
 
 
-def select(cfg, runs: Sequence[tuple[int, experiment.RunResult]],
-           out_dir: str | Path | None = None) -> experiment.RunResult:
+def select(cfg, runs: Sequence[tuple[int, results.RunResult]],
+           out_dir: str | Path | None = None) -> results.RunResult:
   """Keeps the candidate with the lowest final test loss (diverged ones never win).
 
   Args:
@@ -100,17 +100,9 @@ def select(cfg, runs: Sequence[tuple[int, experiment.RunResult]],
   if out_dir is not None:
     run_dir = results.RunDir(out_dir)
     run_dir.write_config(cfg.to_dict())
-    run_dir.write_metrics(best.rows, experiment.METRIC_COLUMNS)
+    run_dir.write_metrics(best.rows, results.METRIC_COLUMNS)
     results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS)
     run_dir.write_plot(best.rows, title=f"{cfg.name}: optimal T = {best_t} of "
                        f"{len(runs)} (constant schedule)")
     run_dir.write_summary(summary)  # last: its presence marks the directory complete
-  return experiment.RunResult(best.rows, summary, best.params)
-
-
-def run(cfg, out_dir: str | Path | None = None, *, bar=None) -> experiment.RunResult:
-  """Runs every candidate as one batched sweep and keeps the best (see module doc)."""
-  cands = candidates(cfg)
-  dirs = [candidate_dir(out_dir, t) for t, _ in cands]
-  res = experiment.run_batched([c for _, c in cands], dirs, bar=bar)
-  return select(cfg, [(t, r) for (t, _), r in zip(cands, res)], out_dir)
+  return results.RunResult(best.rows, summary, best.params)

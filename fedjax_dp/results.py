@@ -8,6 +8,7 @@ looks complete. ``metrics.csv`` has one row per round and loads straight into pa
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -107,6 +108,22 @@ def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110)
   _atomic_write(Path(path), buf.getvalue())
+
+
+# metrics.csv: one row per round.
+METRIC_COLUMNS = (
+    "round", "test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
+    "num_selected", "noise_mean", "horizon", "epsilon_claimed", "epsilon_certified",
+    "wall_s")
+
+
+@dataclasses.dataclass
+class RunResult:
+  """A finished run: its ``metrics.csv`` rows, ``summary.json`` and final model."""
+
+  rows: list[dict[str, Any]]
+  summary: dict[str, Any]
+  params: Any
 
 
 class RunDir:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_dp import selection as selection_lib
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, calibration, formulas
 
 
 class AccountantState(NamedTuple):
@@ -80,7 +80,6 @@ class Formula(NamedTuple):
 
 
 def _wei_eq10_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
-  from fedjax_dp.privacy import formulas
   return formulas.wei_sigma_eq10(eps, plan.delta, plan.q, rounds, plan.sensitivity)
 
 
@@ -89,7 +88,6 @@ def _wei_eq10_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
   (spec section 3.6)."""
   if np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)):
     return math.inf
-  from fedjax_dp.privacy import formulas
   # inv_var_sum holds sum (Delta_i / sigma_tau)^2, i.e. sum sigma^-2 in units of Delta_i.
   return float(np.max(formulas.wei_epsilon_claimed(state.inv_var_sum, plan.delta, plan.q,
                                                    1.0)))
@@ -102,7 +100,6 @@ def _multiplier_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.nda
 def _calibrated_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
   """The smallest z whose ``rounds`` rounds our certified accountant meets at
   ``(eps, delta)``, times the sensitivity."""
-  from fedjax_dp.privacy import calibration
   z = calibration.calibrate(lambda x: [plan.horizon_event(x, rounds)], eps, plan.delta)
   return np.broadcast_to(z, eps.shape) * plan.sensitivity
 
