@@ -104,7 +104,7 @@ class AuditOptions:
   variant: str = "none"
   noise_scale: float | None = None
   claimed_sensitivity: float | None = None
-  canary_scale: float = 10.0
+  canary_scale: float = 100.0
   target: int = 0
   lanes_per_call: int = 0
 
@@ -168,7 +168,7 @@ def _flat(tree: PyTree) -> jax.Array:
 
 
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
-                scale: float) -> FederatedData:
+                scale: float, flip_input: bool = True) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input scaled by ``scale`` and label
@@ -181,11 +181,14 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
     raise ValueError(f"audit.target: client {target} holds no examples")
   rows = slice(0, 1) if level == "example" else slice(0, n)
   x[target, rows] *= scale
-  y_out = y.copy()
-  y_out[target, rows] = (y[target, rows] + 1) % num_classes
+  x_out, y_out = x.copy(), y.copy()
+  if flip_input:
+    x_out[target, rows] = -x[target, rows]
+  else:
+    y_out[target, rows] = (y[target, rows] + 1) % num_classes
   stack = lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)])  # noqa: E731
-  return FederatedData(x=stack(x, x), y=stack(y_out, y), counts=stack(data.counts, data.counts),
-                       mask=stack(data.mask, data.mask))
+  return FederatedData(x=stack(x_out, x), y=stack(y_out, y),
+                       counts=stack(data.counts, data.counts), mask=stack(data.mask, data.mask))
 
 
 def _lanes_per_call(pair: FederatedData, clients: int, requested: int, trials: int) -> int:
