@@ -76,10 +76,9 @@ def test_correct_mechanisms_stay_below_their_certificate(sets):
 @pytest.mark.parametrize("sets,variant", [
     ({}, "noise_div10"), ({}, "no_clip"), ({}, "shared_noise_key"),
     ({"privacy.placement": "step"}, "noise_div10"),
-    ({"privacy.mechanism": "laplace", "client.clip_mode": "per_example_l1"}, "noise_div10"),
     (CENTRAL, "noise_div10"), (CENTRAL, "no_clip")],
     ids=["upload-noise_div10", "upload-no_clip", "upload-shared_key", "step-noise_div10",
-         "laplace-noise_div10", "central-noise_div10", "central-no_clip"])
+         "central-noise_div10", "central-no_clip"])
 def test_broken_mechanisms_are_caught(sets, variant):
   r = _audit(sets, variant=variant)
   assert r.epsilon_lower > r.epsilon_certified, r
@@ -88,10 +87,10 @@ def test_broken_mechanisms_are_caught(sets, variant):
 def _b1_pair_and_params():
   """B1: one client of 100 identical examples x = e_0 (label 1), linear SVM.
 
-  The bias puts the margin at 0.507: one full step (eta = 0.5, C = 1, every clipped
-  gradient moves the margin by 0.5) leaves it at 1.007 (hinge inactive, step 2 does
-  nothing), while with one label replaced by 2 it reaches 0.992 and step 2 moves the
-  model by about eta * C again: the upload moves by ~0.48, not 2 C sum_s eta_s / b.
+  The bias of class 1 (0.266) puts the margin where one full step (eta = 0.5, C = 1)
+  lifts it just past 1 (the hinge is inactive in step 2 and nothing moves), while with
+  one label replaced by 2 it stays just below 1 and step 2 moves the model by about
+  eta * C again: the upload moves by 0.48, not 2 C sum_s eta_s / b = 0.02.
   """
   x = np.zeros((2, 1, 100, 8, 8, 1), np.float32)
   x[..., 0, 0, 0] = 1.0
@@ -101,7 +100,7 @@ def _b1_pair_and_params():
                        counts=jnp.full((2, 1), 100, jnp.int32),
                        mask=jnp.ones((2, 1, 100), jnp.float32))
   bias = np.zeros(10, np.float32)
-  bias[1] = 0.507
+  bias[1] = 0.266
   params = {"Dense_0": {"kernel": jnp.zeros((64, 10)), "bias": jnp.asarray(bias)}}
   return pair, params
 
@@ -122,14 +121,6 @@ def test_b1_multistep_sensitivity_before_the_fix_is_caught():
   fixed = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=0.08, claimed_sensitivity=1.01),
                 params=params, pair=pair)
   assert fixed.epsilon_lower <= fixed.epsilon_certified, fixed
-
-
-def test_b3_poisson_central_noise_for_a_fixed_cohort_is_caught():
-  # Before the fix: noise sized for p_max = 1 / K with K = 10 clients, but a Poisson
-  # cohort of q U = 2 on average is normalised by its realised total.
-  cfg = small_config(CENTRAL, **{"server.selection": "poisson", "server.q": 0.2})
-  broken = audit(cfg, AuditOptions(trials=1000, noise_scale=0.4, claimed_sensitivity=0.2))
-  assert broken.epsilon_lower > broken.epsilon_certified, broken
 
 
 # ----------------------------------------------------------------------------- CLI

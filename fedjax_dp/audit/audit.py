@@ -201,12 +201,13 @@ def _lanes_per_call(pair: FederatedData, clients: int, requested: int, trials: i
 
 @functools.lru_cache(maxsize=16)
 def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...], shared_key: bool):
-  """Jitted ``fn(params, pair, lr, clip, noise, seeds [L], bits [L], v) -> scores [L, A]``
+  """Jitted ``fn(params, pair, lr, clip, noise, seeds [L], bits [L], v, c_in, c_out) ->
+  scores [L, A]``
   of lanes whose clients ``ids`` release their uploads (cached on the static parts,
   so audits of the same shapes share one compiled program)."""
   ids_arr = np.asarray(ids)
 
-  def lane(params, pair, lr, clip, noise, seed, bit, v):
+  def lane(params, pair, lr, clip, noise, seed, bit, v, c_in, c_out):
     d = jax.tree_util.tree_map(lambda a: a[bit, ids_arr], pair)
     keys = engine.client_keys(seed, jnp.int32(0), jnp.asarray(ids_arr))
     if shared_key:  # the broken variant: one noise key for every client
@@ -217,12 +218,19 @@ def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...], share
     out = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))(
         model, ccfg, params, d.x, d.y, d.mask, keys, hp)
     ups = jax.vmap(_flat)(out.params)
-    scores = [jnp.dot(ups[0], v)]
+    if ccfg.mechanism == "laplace":
+      # Laplace noise: the log-likelihood ratio (times b) of the two noiseless uploads,
+      # the Neyman-Pearson test; a projection would see the L2 norm of an L1-bounded
+      # difference only.
+      scores = [jnp.sum(jnp.abs(ups[0] - c_out) - jnp.abs(ups[0] - c_in))]
+    else:
+      scores = [jnp.dot(ups[0], v)]
     if len(ids) > 1:  # the target minus a reference client: cancels shared noise
       scores.append(jnp.dot(ups[0] - ups[1], v))
     return jnp.stack(scores)
 
-  return jax.jit(jax.vmap(lane, in_axes=(None, None, None, None, None, 0, 0, None)))
+  return jax.jit(jax.vmap(lane, in_axes=(None, None, None, None, None, 0, 0, None, None,
+                                           None)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -322,7 +330,8 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   ccfg = setup.round_cfg.client
   clean = _clean_fn(model, ccfg)
   tid = jnp.int32(options.target)
-  v = clean(params, pair, 1, tid, lr, clip) - clean(params, pair, 0, tid, lr, clip)
+  c_in, c_out = clean(params, pair, 1, tid, lr, clip), clean(params, pair, 0, tid, lr, clip)
+  v = c_in - c_out
   norm = float(jnp.linalg.norm(v))
   if not norm > 0:
     raise ValueError("the canary pair leaves the target's release unchanged: nothing to "
@@ -363,7 +372,8 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
           round=np.zeros(step, np.int32), seed=lane_seeds, data_id=lane_bits)
       scores = fn(params, pair, args, v)
     else:
-      scores = fn(params, pair, lr, clip, engine_client_noise[ids], lane_seeds, lane_bits, v)
+      scores = fn(params, pair, lr, clip, engine_client_noise[ids], lane_seeds, lane_bits, v,
+                  c_in, c_out)
     out.append(np.asarray(scores)[: sl.stop - sl.start])
   scores = np.concatenate(out).T  # [attacks, trials]
   inside = bits.astype(bool)
