@@ -63,10 +63,12 @@ def test_lower_bounds_respect_the_true_epsilon():
 # ----------------------------------------------------------------------------- mechanisms
 
 
-@pytest.mark.parametrize("sets", [{}, {"privacy.placement": "step"}, CENTRAL,
+@pytest.mark.parametrize("sets", [{}, {"server.clients_per_round": 3},
+                                  {"privacy.placement": "step"}, CENTRAL,
                                   {"privacy.mechanism": "laplace",
                                    "client.clip_mode": "per_example_l1"}],
-                         ids=["upload", "step", "central", "upload_laplace"])
+                         ids=["upload", "upload_3_of_10", "step", "central",
+                              "upload_laplace"])
 def test_correct_mechanisms_stay_below_their_certificate(sets):
   r = _audit(sets)
   assert r.epsilon_lower <= r.epsilon_certified
@@ -147,10 +149,11 @@ def test_cli_audit_bad_input_is_one_line(argv, needle, capsys):
 def test_cli_audit_prints_and_writes(tmp_path, capsys):
   from _helpers import QUICKSTART
   out = tmp_path / "audit.json"
-  assert cli.main(["audit", str(QUICKSTART), "--set", "model.name=logistic", "--trials", "100",
+  assert cli.main(["audit", str(QUICKSTART), "--set", "model.name=logistic", "--trials",
+                   str(TRIALS),
                    "--out", str(out)]) == 0
   text = capsys.readouterr().out
   assert "empirical lower bound" in text and "certified upper bound" in text and "ratio" in text
   import json
   got = json.loads(out.read_text())
-  assert got["trials"] == 100 and got["epsilon_certified"] > 0
+  assert got["trials"] == TRIALS and got["epsilon_certified"] > 0

@@ -15,15 +15,19 @@ What is released and which canaries (the privacy unit the accountant charges):
 placement          release seen by the adversary     canary pair (target client t)
 =================  ================================  =====================================
 upload, step       every selected client's upload    per-example clipping: ONE example of
-                   (the server sees them; the         t, its input scaled by canary_scale,
-                   accountant charges each one)       label y (in) or y + 1 (out): example-
-                                                      level canaries, replace-one
+                   (the server sees them; the         t, input x scaled by canary_scale,
+                   accountant charges each one)       ``in`` = (x, y), ``out`` = (-x, y):
+                                                      example-level canaries, replace-one
                                                       (Steinke, Nasr & Jagielski 2023)
 central            the new global model (round_step  update/param clipping: ALL of t's
-                   with the server's noise)           examples scaled, labels y or y + 1:
-                                                      client-level canaries, replace-one
-                                                      client (Andrew et al. 2024)
+                   with the server's noise)           examples changed so: client-level
+                                                      canaries, replace-one client
+                                                      (Andrew et al. 2024)
 =================  ================================  =====================================
+
+Flipping the input makes the two clipped gradients (nearly) opposite, so the pair
+uses most of the 2C a replace-one pair may move a clipped sum; the scale makes the
+gradients reach the clip, so a mechanism without clipping moves much further.
 
 Upload/step placements run :func:`fedjax_dp.client.client_update` for the target and
 one reference client with the engine's keys (:func:`fedjax_dp.engine.client_keys`);
@@ -171,9 +175,10 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
                 scale: float, flip_input: bool = True) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
-  Example level: example 0 of ``target`` has its input scaled by ``scale`` and label
-  ``y`` (in) or ``y + 1 mod classes`` (out), a replace-one pair of examples. Client
-  level: every example of ``target`` is changed so, a replace-one pair of clients.
+  Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
+  holds (x, y), ``out`` (-x, y) (or, without ``flip_input``, (x, y + 1 mod classes)):
+  a replace-one pair of examples. Client level: every example of ``target`` is
+  changed so: a replace-one pair of clients.
   """
   x, y = np.array(data.x), np.array(data.y)
   n = int(data.counts[target])
@@ -376,6 +381,16 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
                   c_in, c_out)
     out.append(np.asarray(scores)[: sl.stop - sl.start])
   scores = np.concatenate(out).T  # [attacks, trials]
+  if not central:
+    # A client outside the lane's cohort releases nothing (the accountant's selection
+    # event charges q): the adversary sees the same 'no upload' in and out.
+    chosen = np.zeros((ids.size, n), bool)
+    for lane, s in enumerate(seeds):
+      idx, sel = engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
+                                       cfg.server.q, int(s), 0)
+      chosen[:, lane] = [bool(np.any((idx == i) & (sel > 0))) for i in ids]
+    visible = np.stack([chosen[0], chosen[0] & chosen[-1]][:scores.shape[0]])
+    scores = np.where(visible, scores, np.min(scores) - 1.0)
   inside = bits.astype(bool)
   est = estimators.best_of(scores[:, inside], scores[:, ~inside], plan.delta,
                            float(options.significance))
