@@ -9,12 +9,12 @@ import scipy.stats
 
 pytest.importorskip("jax_privacy")
 
-from fedjax_dp import cli  # noqa: E402
-from fedjax_dp.audit import AuditOptions, audit, estimators  # noqa: E402
-from fedjax_dp.data.federated import FederatedData  # noqa: E402
-from fedjax_dp.privacy import accounting  # noqa: E402
+from _helpers import small_config
 
-from _helpers import small_config  # noqa: E402
+from fedjax_dp import cli
+from fedjax_dp.audit import AuditOptions, audit, estimators
+from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.privacy import accounting
 
 TRIALS = 500
 # Small and fast: the quickstart's clients with a linear model.

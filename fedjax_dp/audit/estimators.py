@@ -95,7 +95,7 @@ def clopper_pearson_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
 def epsilon_gdp(in_scores: Sequence[float], out_scores: Sequence[float], delta: float,
                 significance: float) -> float:
   """Andrew et al.'s Gaussian-DP estimate of epsilon (see the module docstring)."""
-  from fedjax_dp.privacy import accounting  # noqa: PLC0415
+  from fedjax_dp.privacy import accounting
 
   ins = np.sort(np.asarray(in_scores, np.float64))
   outs = np.sort(np.asarray(out_scores, np.float64))
