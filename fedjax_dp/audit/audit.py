@@ -205,18 +205,18 @@ def _lanes_per_call(pair: FederatedData, clients: int, requested: int, trials: i
 
 
 @functools.lru_cache(maxsize=16)
-def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...], shared_key: bool):
-  """Jitted ``fn(params, pair, lr, clip, noise, seeds [L], bits [L], v, c_in, c_out) ->
-  scores [L, A]``
+def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...]):
+  """Jitted ``fn(params, pair, lr, clip, noise, seeds [L], bits [L], v, c_in, c_out,
+  shared_key) -> scores [L, A]``
   of lanes whose clients ``ids`` release their uploads (cached on the static parts,
   so audits of the same shapes share one compiled program)."""
   ids_arr = np.asarray(ids)
 
-  def lane(params, pair, lr, clip, noise, seed, bit, v, c_in, c_out):
+  def lane(params, pair, lr, clip, noise, seed, bit, v, c_in, c_out, shared_key):
     d = jax.tree_util.tree_map(lambda a: a[bit, ids_arr], pair)
     keys = engine.client_keys(seed, jnp.int32(0), jnp.asarray(ids_arr))
-    if shared_key:  # the broken variant: one noise key for every client
-      keys = jnp.broadcast_to(keys[0], keys.shape)
+    # The broken variant (traced, so it shares the compiled program): one key for all.
+    keys = jnp.where(shared_key, jnp.broadcast_to(keys[0], keys.shape), keys)
     hp = client_lib.ClientHParams(lr=jnp.broadcast_to(lr, (len(ids),) + lr.shape),
                                   clip=jnp.broadcast_to(clip, (len(ids),)),
                                   step_noise=noise, upload_noise=noise)
@@ -235,7 +235,7 @@ def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...], share
     return jnp.stack(scores)
 
   return jax.jit(jax.vmap(lane, in_axes=(None, None, None, None, None, 0, 0, None, None,
-                                           None)))
+                                           None, None)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -355,8 +355,7 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     fn = _central_fn(model, rcfg)
     clients = k_slots
   else:
-    fn = _client_fn(model, ccfg, tuple(int(i) for i in ids),
-                    options.variant == "shared_noise_key")
+    fn = _client_fn(model, ccfg, tuple(int(i) for i in ids))
     clients = ids.size
   step = _lanes_per_call(pair, clients, int(options.lanes_per_call), n)
   out = []
@@ -378,7 +377,7 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
       scores = fn(params, pair, args, v)
     else:
       scores = fn(params, pair, lr, clip, engine_client_noise[ids], lane_seeds, lane_bits, v,
-                  c_in, c_out)
+                  c_in, c_out, options.variant == "shared_noise_key")
     out.append(np.asarray(scores)[: sl.stop - sl.start])
   scores = np.concatenate(out).T  # [attacks, trials]
   if not central:
