@@ -1,13 +1,14 @@
-"""``fedjax-dp``: run | sweep | account | plot.
+"""``fedjax-dp``: run | sweep | account | plot | audit.
 
   fedjax-dp run CONFIG --out DIR [--set key=value ...] [--overwrite]
   fedjax-dp sweep CONFIG --grid key=v1,v2,... [--grid ...] [--set key=value ...] --out DIR
+  fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
+  fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
+  fedjax-dp audit CONFIG [--set key=value ...] [--trials N] [--variant V] [--out FILE.json]
 
 Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoint
 (``checkpoint.every``). Ctrl-C stops between rounds, saves a checkpoint, marks the
 run ``interrupted`` and exits with status 130.
-  fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
-  fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
 """
 
 from __future__ import annotations
@@ -105,6 +106,54 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _number(kind, field: str, raw: str):
+  """``kind(raw)`` or a ValueError naming the option (one line, no usage dump)."""
+  try:
+    return kind(raw)
+  except ValueError:
+    raise ValueError(f"{field}: cannot parse {raw!r} as {kind.__name__}") from None
+
+
+def _cmd_audit(args) -> int:
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import results
+
+  try:
+    from fedjax_dp.audit import AuditOptions, audit
+    from fedjax_dp.audit.estimators import INSTALL_HINT, available
+  except ImportError as e:  # pragma: no cover - the audit is part of the package
+    raise ValueError(str(e)) from None
+  opts = AuditOptions(
+      trials=_number(int, "audit.trials", args.trials),
+      significance=_number(float, "audit.significance", args.significance),
+      seed=_number(int, "audit.seed", args.seed), variant=args.variant,
+      noise_scale=None if args.noise_scale is None else _number(
+          float, "audit.noise_scale", args.noise_scale),
+      claimed_sensitivity=None if args.claimed_sensitivity is None else _number(
+          float, "audit.claimed_sensitivity", args.claimed_sensitivity))
+  opts.validate()
+  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  if not available():
+    raise ValueError(INSTALL_HINT)
+  r = audit(cfg, opts)
+  print(f"audit of {args.config}: {r.placement} {r.mechanism} noise, {r.clip_mode} clipping, "
+        f"{r.level}-level canaries, variant {r.variant}; {r.trials} trials "
+        f"({r.trials_in} with the canary), one round, delta {r.delta:g}")
+  print(f"  empirical lower bound  epsilon >= {r.epsilon_lower:.3f}  (Clopper-Pearson, "
+        f"confidence {1 - r.significance:.0%}; one-run {r.epsilon_one_run:.3f}; Gaussian-DP "
+        f"estimate {r.epsilon_gdp:.3f})")
+  print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (this round; "
+        f"{r.epsilon_certified_run:.3f} for the run's {r.rounds} rounds)")
+  print(f"  ratio lower / upper    {r.ratio:.3f}"
+        + ("  -- ABOVE 1: the certificate does not hold" if r.ratio > 1 else ""))
+  if args.out:
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results.write_json(out, r.to_dict())
+    print(f"  written to {out}")
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog="fedjax-dp", description="Differentially private federated learning in JAX.")
@@ -136,6 +185,26 @@ def build_parser() -> argparse.ArgumentParser:
                  help="replace an existing sweep directory instead of resuming it")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_sweep)
+
+  p = sub.add_parser("audit", help="empirical lower bound on epsilon beside the certified one",
+                     description="Runs the configured mechanism on canary trials (lanes of one "
+                     "compiled program) and prints an empirical lower bound on epsilon, the "
+                     "certified upper bound and their ratio (docs/privacy.md).")
+  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                 help="override a config field (repeatable)")
+  p.add_argument("--trials", default="1000", help="canary trials (default 1000)")
+  p.add_argument("--significance", default="0.05",
+                 help="failure probability of the lower bound (default 0.05)")
+  p.add_argument("--seed", default="0", help="seed of the trials (default 0)")
+  p.add_argument("--variant", default="none",
+                 help="break the mechanism on purpose: none, noise_div10, no_clip, "
+                 "shared_noise_key")
+  p.add_argument("--noise-scale", default=None, help="run with this noise scale instead")
+  p.add_argument("--claimed-sensitivity", default=None,
+                 help="certify with this sensitivity instead of the plan's")
+  p.add_argument("--out", default=None, help="write the result as JSON to this file")
+  p.set_defaults(func=_cmd_audit)
 
   p = sub.add_parser("plot", help="plot test loss/accuracy of run directories")
   p.add_argument("runs", nargs="+")

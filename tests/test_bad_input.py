@@ -108,7 +108,17 @@ BAD_INPUT = [
     (["account", "--delta", "1e-5", "--q", "0.5", "--sampling", "full", "--sigma", "1",
       "--rounds", "3"], ["--q", "full"]),
 ]
-# ``fedjax-dp audit`` rows go here once that subcommand exists.
+BAD_INPUT += [
+    # --- audit
+    (["audit"], ["config"]),
+    (["audit", "{tmp}/missing.py"], ["config file not found", "missing.py"]),
+    (["audit", "{quick}", "--set", "privacy.epsilonn=1"], ["privacy.epsilonn"]),
+    (["audit", "{quick}", "--trials", "3"], ["audit.trials", "3"]),
+    (["audit", "{quick}", "--trials", "many"], ["audit.trials", "many"]),
+    (["audit", "{quick}", "--significance", "0.9"], ["audit.significance", "0.9"]),
+    (["audit", "{quick}", "--variant", "nope"], ["variant", "nope"]),
+    (["audit", "{quick}", "--set", "privacy.epsilon=inf"], ["privacy.epsilon", "inf"]),
+]
 
 
 def _fill(argv, tmp, out):
@@ -126,7 +136,7 @@ def scratch(tmp_path_factory):
 
 def test_table_is_big_enough():
   assert len(BAD_INPUT) >= 30
-  assert {argv[0] for argv, _ in BAD_INPUT if argv} >= {"run", "sweep", "account"}
+  assert {argv[0] for argv, _ in BAD_INPUT if argv} >= {"run", "sweep", "account", "audit"}
 
 
 @pytest.mark.parametrize("argv,expected", BAD_INPUT, ids=[

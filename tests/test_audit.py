@@ -1,0 +1,144 @@
+"""The empirical privacy audit: estimators against closed forms, correct mechanisms stay
+below their certificate, deliberately broken ones are caught (the lower bound passes
+the certified epsilon), and ``fedjax-dp audit`` rejects bad input in one line."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+pytest.importorskip("jax_privacy")
+
+from _helpers import small_config
+
+from fedjax_dp import cli
+from fedjax_dp.audit import AuditOptions, audit, estimators
+from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.privacy import accounting
+
+TRIALS = 500
+# Small and fast: the quickstart's clients with a linear model.
+FAST = {"model.name": "logistic", "rounds": 100}
+CENTRAL = {**FAST, "client.clip_mode": "update_l2", "privacy.placement": "central"}
+
+
+def _audit(sets, **options):
+  return audit(small_config(FAST, **sets), AuditOptions(trials=TRIALS, **options))
+
+
+# ----------------------------------------------------------------------------- estimators
+
+
+def test_clopper_pearson_upper_closed_form():
+  # 0 of n: the bound is 1 - alpha^(1/n) exactly.
+  np.testing.assert_allclose(estimators.clopper_pearson_upper(np.array([0]), 50, 0.01),
+                             1 - 0.01 ** (1 / 50), rtol=1e-9)
+  # k of n: P[Binomial(n, ub) <= k] = alpha.
+  ub = estimators.clopper_pearson_upper(np.array([7]), 40, 0.05)
+  np.testing.assert_allclose(scipy.stats.binom.cdf(7, 40, ub), 0.05, rtol=1e-6)
+  assert estimators.clopper_pearson_upper(np.array([40]), 40, 0.05)[0] == 1.0
+
+
+def test_gdp_estimate_recovers_mu_of_separated_gaussians():
+  rng = np.random.default_rng(0)
+  mu = 2.0
+  ins, outs = rng.normal(mu, 1, 20000), rng.normal(0, 1, 20000)
+  est = estimators.epsilon_gdp(ins, outs, 1e-3, 0.05)
+  truth = float(accounting.gaussian_epsilon(mu, 1e-3))
+  assert 0.8 * truth < est <= truth * 1.02
+  # No signal: no epsilon (jax_privacy 2.0.0's epsilon_from_gdp reports one here).
+  assert estimators.epsilon_gdp(rng.normal(0.2, 1, 200), rng.normal(0, 1, 200), 1e-3,
+                                0.05) == 0.0
+
+
+def test_lower_bounds_respect_the_true_epsilon():
+  # Gaussian scores with mu = 1: the mechanism is exactly 1-GDP.
+  rng = np.random.default_rng(1)
+  truth = float(accounting.gaussian_epsilon(1.0, 1e-3))
+  est = estimators.estimate(rng.normal(1, 1, 2000), rng.normal(0, 1, 2000), 1e-3, 0.05)
+  assert 0 < est.clopper_pearson <= truth
+  assert est.one_run <= truth
+
+
+# ----------------------------------------------------------------------------- mechanisms
+
+
+@pytest.mark.parametrize("sets", [{}, {"server.clients_per_round": 3},
+                                  {"privacy.placement": "step"}, CENTRAL,
+                                  {"privacy.mechanism": "laplace",
+                                   "client.clip_mode": "per_example_l1"}],
+                         ids=["upload", "upload_3_of_10", "step", "central",
+                              "upload_laplace"])
+def test_correct_mechanisms_stay_below_their_certificate(sets):
+  r = _audit(sets)
+  assert r.epsilon_lower <= r.epsilon_certified
+  assert r.epsilon_certified > 0 and r.trials == TRIALS
+
+
+@pytest.mark.parametrize("sets,variant", [
+    ({}, "noise_div10"), ({}, "no_clip"), ({}, "shared_noise_key"),
+    ({"privacy.placement": "step"}, "noise_div10"),
+    (CENTRAL, "noise_div10"), (CENTRAL, "no_clip")],
+    ids=["upload-noise_div10", "upload-no_clip", "upload-shared_key", "step-noise_div10",
+         "central-noise_div10", "central-no_clip"])
+def test_broken_mechanisms_are_caught(sets, variant):
+  r = _audit(sets, variant=variant)
+  assert r.epsilon_lower > r.epsilon_certified, r
+
+
+def _b1_pair_and_params():
+  """B1: one client of 100 identical examples x = e_0 (label 1), linear SVM.
+
+  The bias of class 1 (0.266) puts the margin where one full step (eta = 0.5, C = 1)
+  lifts it just past 1 (the hinge is inactive in step 2 and nothing moves), while with
+  one label replaced by 2 it stays just below 1 and step 2 moves the model by about
+  eta * C again: the upload moves by 0.48, not 2 C sum_s eta_s / b = 0.02.
+  """
+  x = np.zeros((2, 1, 100, 8, 8, 1), np.float32)
+  x[..., 0, 0, 0] = 1.0
+  y = np.ones((2, 1, 100), np.int32)
+  y[0, 0, 0] = 2  # index 0: the 'out' dataset
+  pair = FederatedData(x=jnp.asarray(x), y=jnp.asarray(y),
+                       counts=jnp.full((2, 1), 100, jnp.int32),
+                       mask=jnp.ones((2, 1, 100), jnp.float32))
+  bias = np.zeros(10, np.float32)
+  bias[1] = 0.266
+  params = {"Dense_0": {"kernel": jnp.zeros((64, 10)), "bias": jnp.asarray(bias)}}
+  return pair, params
+
+
+B1 = {"model.name": "linear_svm", "data.num_clients": 1, "server.clients_per_round": 1,
+      "data.samples_per_client": 100, "client.local_steps": 2, "client.lr": 0.5,
+      "client.clip": 1.0}
+
+
+def test_b1_multistep_sensitivity_before_the_fix_is_caught():
+  pair, params = _b1_pair_and_params()
+  cfg = small_config(FAST, **B1)
+  # Before the fix: Delta = 2 C (eta_1 + eta_2) / b = 0.02; noise z = 4 on it.
+  broken = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=0.08, claimed_sensitivity=0.02),
+                 params=params, pair=pair)
+  assert broken.epsilon_lower > broken.epsilon_certified, broken
+  # The fixed sensitivity 2 C (eta_1 / b + eta_2) = 1.01 certifies the same noise honestly.
+  fixed = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=0.08, claimed_sensitivity=1.01),
+                params=params, pair=pair)
+  assert fixed.epsilon_lower <= fixed.epsilon_certified, fixed
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+# Bad input to ``fedjax-dp audit``: rows of tests/test_bad_input.py.
+
+
+def test_cli_audit_prints_and_writes(tmp_path, capsys):
+  from _helpers import QUICKSTART
+  out = tmp_path / "audit.json"
+  assert cli.main(["audit", str(QUICKSTART), "--set", "model.name=logistic", "--trials",
+                   str(TRIALS),
+                   "--out", str(out)]) == 0
+  text = capsys.readouterr().out
+  assert "empirical lower bound" in text and "certified upper bound" in text and "ratio" in text
+  import json
+  got = json.loads(out.read_text())
+  assert got["trials"] == TRIALS and got["epsilon_certified"] > 0
