@@ -373,7 +373,8 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
           noise=np.zeros((step, k_slots), np.float32),
           central_noise=np.full(step, engine_central_noise, np.float32),
           server_lr=np.full(step, cfg.server.lr, np.float32),
-          round=np.zeros(step, np.int32), seed=lane_seeds, data_id=lane_bits)
+          round=np.zeros(step, np.int32), seed=lane_seeds, data_id=lane_bits,
+          stream=np.zeros(step, np.int32))
       scores = fn(params, pair, args, v)
     else:
       scores = fn(params, pair, lr, clip, engine_client_noise[ids], lane_seeds, lane_bits, v,
