@@ -71,7 +71,11 @@ def base_config() -> ConfigDict:
   c.client.chunk_size = 64
 
   c.server = ConfigDict()
-  c.server.selection = "uniform"   # uniform (K of U) | poisson | round_robin | all
+  # uniform (K of U) | poisson | round_robin | all | wasserstein_topk (A-DPFL: the K
+  # clients closest to the global label distribution) | wasserstein_sample (K with
+  # probability p_i); the A-DPFL rules assume public label histograms (selection.py)
+  c.server.selection = "uniform"
+  c.server.wasserstein_metric = "zero_one"  # A-DPFL ground metric on labels: zero_one | ordinal
   c.server.clients_per_round = 10  # K
   c.server.q = 0.0                 # Poisson rate (selection=poisson)
   # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
@@ -237,7 +241,8 @@ def validate(cfg: ConfigDict) -> None:
   if cfg.data.get("skew_scheme", "constant") not in SKEW_SCHEMES:
     raise ConfigError(f"data.skew_scheme: unknown {cfg.data.skew_scheme!r}; known: "
                       f"{list(SKEW_SCHEMES)}")
-  if cfg.server.selection in ("uniform", "round_robin") and not 1 <= k <= u:
+  if cfg.server.selection in ("uniform", "round_robin", "wasserstein_topk",
+                              "wasserstein_sample") and not 1 <= k <= u:
     raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
                       f"(U={u})]")
   if cfg.server.selection == "poisson" and not 0.0 < float(cfg.server.q) <= 1.0:

@@ -718,7 +718,8 @@ def cohort_size(selection: str, num_clients: int, clients_per_round: int, q: flo
 
 
 def select_clients(selection: str, num_clients: int, clients_per_round: int, q: float,
-                   seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+                   seed: int, t: int, weights: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
   """Host-side client selection for round ``t`` by the rule ``selection``
   (:data:`fedjax_dp.selection.RULES`).
 
@@ -736,13 +737,16 @@ def select_clients(selection: str, num_clients: int, clients_per_round: int, q: 
     q: Poisson rate.
     seed: run seed.
     t: round index.
+    weights: ``[U]`` the rule's per-client side information
+      (:attr:`fedjax_dp.selection.SelectionRule.weights`; A-DPFL scores or
+      probabilities), None for rules without.
 
   Returns:
     ``(idx [K_slots] int32, mask [K_slots] float32)``.
   """
   rule = selection_lib.get_rule(selection)
   k_slots = rule.slots(num_clients, clients_per_round, q)
-  ids = rule.sample(num_clients, clients_per_round, q, seed, t)
+  ids = rule.sample(num_clients, clients_per_round, q, seed, t, weights=weights)
   idx = np.zeros(k_slots, np.int32)
   mask = np.zeros(k_slots, np.float32)
   idx[:ids.size] = ids

@@ -39,6 +39,7 @@ from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine, optimal_t, sharding
+from fedjax_dp import selection as selection_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.data.partition import adpfl_skews
@@ -63,6 +64,7 @@ class Setup:
   privacy: PrivacyPlan
   num_clients: int
   k_slots: int
+  selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
 
 
 def _skews(cfg):
@@ -172,7 +174,14 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
   privacy = make_privacy_plan(cfg, counts)
-  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots)
+  weights = None
+  rule = selection_lib.get_rule(cfg.server.selection)
+  if rule.weights is not None:  # side information of the rule, from the partition (once)
+    try:
+      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from e
+  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights)
 
 
 def _lr_steps(cfg, scale: float) -> np.ndarray:
@@ -312,7 +321,8 @@ class RunLoop:
     self.horizon = plan.horizon
     client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
     idx, sel = engine.select_clients(cfg.server.selection, self.setup.num_clients,
-                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t)
+                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
+                                     weights=self.setup.selection_weights)
     # Deterministic rules (round robin) are charged for the clients that take part.
     new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,
                                        selected=idx[sel > 0])
@@ -542,9 +552,10 @@ def _pad_clients(args: engine.RoundArgs, k: int) -> engine.RoundArgs:
 
 def cohort_key(cfg) -> str:
   """Runs with equal keys select the same clients from the same data every round:
-  the sampler depends only on (selection, U, K, q, seed, round)."""
+  the sampler depends only on (selection, U, K, q, seed, round) and, for A-DPFL's
+  rules, the partition's scores under ``server.wasserstein_metric``."""
   return json.dumps([data_key(cfg), cfg.server.selection, int(cfg.server.clients_per_round),
-                     float(cfg.server.q)])
+                     float(cfg.server.q), cfg.server.get("wasserstein_metric", "zero_one")])
 
 
 def lane_layout(keys: Sequence[Any], rounds: Sequence[int] | None = None

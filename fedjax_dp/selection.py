@@ -15,12 +15,53 @@ round_robin    a fresh permutation of the U        deterministic turns: the clie
                clients per pass of ceil(U/K)       round's cohort are charged in full, the
                rounds, K at a time                 others nothing (no amplification)
 all            every client                        every client in full
+wasserstein_   the K clients with the highest A-DPFL  charged per client for the rounds it
+topk           score SC_i (smallest W_i); the same    was selected in (no amplification);
+               set every round                        label histograms public (below)
+wasserstein_   K without replacement with             same as wasserstein_topk
+sample         probability proportional to p_i
 =============  ==================================  ===========================================
 
 Round robin's order is treated as known in advance: nothing is amplified and each
 client is charged exactly the rounds it took part in (``Event.participated``). A new
-rule (e.g. A-DPFL's deterministic top-K, or probability-proportional sampling) is
-one more entry of :data:`RULES`.
+rule is one more entry of :data:`RULES`; a rule whose sampler needs per-client side
+information (A-DPFL's scores) names it in :attr:`SelectionRule.weights`, which the
+experiment evaluates once on the partition at build time and hands to every draw.
+
+A-DPFL selection (spec adpfl.md sections 2.3 and 7 items 6-8). Client i's label
+histogram ``h_i`` gives its 1-Wasserstein distance ``W_i`` to the global label
+marginal, the score ``SC_i = 1 - W_i / RMS(W)`` and ``p_i = softmax(SC)_i``
+(:mod:`fedjax_dp.data.heterogeneity`, ground metric ``server.wasserstein_metric``).
+
+Accounting of the A-DPFL rules, and the assumption it rests on:
+
+* The selection is a function of the label histograms, i.e. of private data. Under
+  the example-level replace-one adjacency of the accountant, replacing one example
+  by one of another label changes ``h_i``, the global marginal, every ``W_j`` and so
+  possibly the selected set. Top-K then releases a deterministic function of the
+  data (no finite epsilon bounds that), and even a client never selected leaks
+  through *who else* was selected. No noise in this engine covers that release, so
+  a guarantee without an assumption would have to refuse these rules.
+* The certified epsilon therefore assumes, as the paper does implicitly (spec
+  section 7 item 8), that **the clients' label histograms are public side
+  information**: the guarantee is over adjacent datasets with equal label histograms
+  (a replaced example keeps its label; at client level, a replaced client keeps its
+  label histogram). Under that assumption the scores, ``p_i`` and the top-K set are
+  data-independent. :attr:`SelectionRule.assumption` states it, and
+  ``summary.json``'s ``privacy.accounting.assumption`` repeats it.
+* Top-K is then a fixed, known schedule: no amplification; a selected client is
+  charged the full round (Gaussian, no subsampling) every round it is selected,
+  the others nothing -- the participation-flag event of round robin.
+* The sampled variant selects client i with an inclusion probability ``pi_i`` that
+  differs per client, and a fixed-size weighted draw without replacement is not
+  Poisson sampling, so neither Poisson nor uniform (fixed-size, q = K/U)
+  amplification applies as proven. It is accounted like top-K: without
+  amplification, charged only the rounds a client was selected in. That is a valid
+  upper bound because, given the public histograms, the draw uses only the run's
+  seed and is independent of the data: conditioned on the realised cohorts, a round
+  in which client i was not selected has an output distribution that does not
+  depend on client i's data, and a round in which it was selected is one
+  non-subsampled Gaussian release.
 """
 
 from __future__ import annotations
@@ -29,6 +70,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from fedjax_dp.data import heterogeneity
 
 
 class SelectionRule(NamedTuple):
@@ -49,6 +92,13 @@ class SelectionRule(NamedTuple):
       calibrated through their sampling event over T rounds).
     min_cohort: ``(U, K, q) -> int`` the smallest number of clients a round can
       select (0 where a round can be empty).
+    weights: None, or ``(labels [N], client_indices, num_classes, server_cfg) ->
+      [U] float64``: per-client side information the sampler needs (``sample``'s
+      ``weights`` argument), computed once from the training labels and the
+      partition when the experiment is built. Raises ValueError (naming the field)
+      where the data cannot give it.
+    assumption: None, or what the certified epsilon assumes beyond the accountant's
+      adjacency (stated in ``summary.json``).
   """
 
   sample: Callable[..., np.ndarray]
@@ -58,6 +108,8 @@ class SelectionRule(NamedTuple):
   sampling: Callable[..., dict[str, Any]]
   max_participations: Callable[[int, int, float, int], int]
   min_cohort: Callable[[int, int, float], int]
+  weights: Callable[..., np.ndarray] | None = None
+  assumption: str | None = None
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -75,11 +127,11 @@ def rounds_per_pass(num_clients: int, clients_per_round: int) -> int:
   return -(-num_clients // clients_per_round)
 
 
-def _uniform(u, k, q, seed, t):
+def _uniform(u, k, q, seed, t, weights=None):
   return np.sort(np.random.default_rng([seed, t]).choice(u, k, replace=False))
 
 
-def _poisson(u, k, q, seed, t):
+def _poisson(u, k, q, seed, t, weights=None):
   ids = np.flatnonzero(np.random.default_rng([seed, t]).random(u) < q)
   cap = poisson_cap(u, q)
   if ids.size > cap:
@@ -87,7 +139,7 @@ def _poisson(u, k, q, seed, t):
   return ids
 
 
-def _round_robin(u, k, q, seed, t):
+def _round_robin(u, k, q, seed, t, weights=None):
   """Pass ``t // P`` walks a permutation of all U clients seeded by (seed, pass), K
   per round; the last round of a pass takes the remaining ``U - (P - 1) K``."""
   per_pass = rounds_per_pass(u, k)
@@ -96,8 +148,70 @@ def _round_robin(u, k, q, seed, t):
   return np.sort(order[r * k:(r + 1) * k])
 
 
-def _all(u, k, q, seed, t):
+def _all(u, k, q, seed, t, weights=None):
   return np.arange(u)
+
+
+def _wasserstein_topk(u, k, q, seed, t, weights=None):
+  """The K clients with the highest scores ``weights [U]`` (SC_i): the same set every
+  round. Ties are broken at random, by a permutation fixed by the seed alone (not by
+  t), so the set stays the same (spec section 2.3)."""
+  scores = _check_weights(weights, u, "wasserstein_topk")
+  tie = np.random.default_rng([seed, 0, 2]).random(u)  # [seed, 0, 2]: not a round's stream
+  order = np.lexsort((tie, -scores))  # last key is primary: highest score first
+  return np.sort(order[:k])
+
+
+def _wasserstein_sample(u, k, q, seed, t, weights=None):
+  """K clients without replacement with probability proportional to ``weights [U]``
+  (p_i): successive sampling, numpy's ``choice(replace=False, p=p)``."""
+  p = _check_weights(weights, u, "wasserstein_sample")
+  p = p / p.sum()
+  return np.sort(np.random.default_rng([seed, t]).choice(u, k, replace=False, p=p))
+
+
+def _check_weights(weights, u, name):
+  if weights is None:
+    raise ValueError(f"server.selection={name!r} needs the per-client weights of its rule "
+                     "(SelectionRule.weights), computed from the partition at build time")
+  w = np.asarray(weights, np.float64)
+  if w.shape != (u,) or not np.all(np.isfinite(w)):
+    raise ValueError(f"server.selection={name!r}: weights must be finite [U={u}], got "
+                     f"shape {w.shape}")
+  return w
+
+
+def adpfl_heterogeneity(labels, client_indices, num_classes, server_cfg) -> dict[str, Any]:
+  """:func:`heterogeneity.client_heterogeneity` of a partition with the ground metric
+  ``server.wasserstein_metric`` (default ``'zero_one'``).
+
+  Raises:
+    ValueError: float (regression) targets, or an unknown metric, naming the field.
+  """
+  metric = server_cfg.get("wasserstein_metric", "zero_one")
+  if metric not in heterogeneity.GROUND_METRICS:
+    raise ValueError(f"server.wasserstein_metric: unknown {metric!r}; known: "
+                     f"{heterogeneity.GROUND_METRICS}")
+  labels = np.asarray(labels)
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"server.selection={server_cfg.selection!r} ranks clients by their "
+                     "label histograms and needs class labels, got targets of dtype "
+                     f"{labels.dtype}")
+  return heterogeneity.client_heterogeneity(labels, client_indices, num_classes, metric)
+
+
+def _adpfl_weights(field: str):
+  def weights(labels, client_indices, num_classes, server_cfg):
+    return np.asarray(adpfl_heterogeneity(labels, client_indices, num_classes,
+                                          server_cfg)[field], np.float64)
+  return weights
+
+
+PUBLIC_HISTOGRAMS = (
+    "the clients' label histograms (which the selection is computed from) are public "
+    "side information: the guarantee holds for adjacent datasets with equal label "
+    "histograms; selection is not amplified and a client is charged the rounds it was "
+    "selected in")
 
 
 def _random_sampling(client_level: str):
@@ -134,6 +248,16 @@ RULES: dict[str, SelectionRule] = {
         sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
         deterministic=False, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: u),
+    "wasserstein_topk": SelectionRule(
+        sample=_wasserstein_topk, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+        deterministic=True, sampling=_full,
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
+        weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS),
+    "wasserstein_sample": SelectionRule(
+        sample=_wasserstein_sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+        deterministic=True, sampling=_full,
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
+        weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS),
 }
 SELECTIONS = tuple(RULES)
 

@@ -298,16 +298,22 @@ class PrivacyPlan:
     return self.certified_epsilon(state) if claimed is None else claimed(self, state)
 
   def describe(self) -> dict[str, Any]:
-    """A JSON-able summary for ``summary.json``."""
+    """A JSON-able summary for ``summary.json``: the accounting event, whether the
+    selection is amplified, and what the certified epsilon assumes beyond the
+    adjacency (a rule's :attr:`SelectionRule.assumption`)."""
     ev = None if self.noiseless else self.event(np.ones(self.num_clients))
+    accounting_info = None if ev is None else {
+        "sampling": ev.sampling, "relation": ev.relation, "level": ev.level,
+        "accountant": "rdp (certified, worst client)",
+        "amplification": ("none: each client is charged the rounds it was selected in"
+                          if self.rule.deterministic else ev.sampling),
+        "assumption": self.rule.assumption}
     return {
         "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
         "sensitivity_min": float(np.min(self.sensitivity)),
         "sensitivity_max": float(np.max(self.sensitivity)),
-        "accounting": None if ev is None else {
-            "sampling": ev.sampling, "relation": ev.relation, "level": ev.level,
-            "accountant": "rdp (certified, worst client)"}}
+        "accounting": accounting_info}
 
 
 def selection_probability(cfg) -> float:
