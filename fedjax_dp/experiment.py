@@ -171,7 +171,7 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
-  privacy = make_privacy_plan(cfg, counts)
+  privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots)
 
 
