@@ -9,14 +9,13 @@ import math
 
 import numpy as np
 import pytest
+from _helpers import small_config
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.privacy import formulas
 from fedjax_dp.privacy.plan import make_privacy_plan, param_l1_sensitivity
 from fedjax_dp.schedules import constant, geometric
-
-from _helpers import small_config
 
 U, K, M, N, C, EPS, DELTA = 100, 10, 30, 600, 5.0, 10.0, 1e-3
 DS = 2 * C / N   # the paper's Delta_s
@@ -70,7 +69,7 @@ def test_eq8_printed_noise_claim_and_certificate(theta):
 def test_eq8_corrected_claims_the_target_under_the_papers_accountant():
   cfg = _cfg(**{"schedule.theta": 1.05, "privacy.formula": "yuan_eq8_corrected"})
   plan = make_privacy_plan(cfg, np.full(U, N))
-  state, acct, claims, _ = _play(cfg, plan, geometric)
+  state, _, claims, _ = _play(cfg, plan, geometric)
   np.testing.assert_allclose(
       state.base, formulas.yuan_sigma_eq8_corrected(EPS, DELTA, K / U, M, 1.05, DS), rtol=1e-12)
   printed = formulas.yuan_sigma_eq8(EPS, DELTA, K / U, M, 1.05, DS)
