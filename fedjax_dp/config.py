@@ -93,7 +93,8 @@ def base_config() -> ConfigDict:
   c.privacy.placement = "upload"   # upload | step | central | none
   # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
   # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
-  # noise_multiplier (scale = z * sensitivity)
+  # noise_multiplier (scale = z * sensitivity) | yuan_eq8, yuan_eq8_corrected (Yuan eq. (8)
+  # as printed / corrected, paper's Delta_s = 2C/|D_k|) | yuan_laplace, yuan_laplace_matched
   c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients

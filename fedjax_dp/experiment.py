@@ -173,7 +173,7 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
-  privacy = make_privacy_plan(cfg, counts)
+  privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
   weights = None
   rule = selection_lib.get_rule(cfg.server.selection)
   if rule.weights is not None:  # side information of the rule, from the partition (once)

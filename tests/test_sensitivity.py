@@ -74,6 +74,8 @@ UPLOAD_CASES = [  # clip_mode, mechanism, E, batch, l2_reg
     ("per_example_l1", "laplace", 3, 0, 0.0),
     ("param_l2", "gaussian", 2, 0, 0.0),
     ("update_l2", "gaussian", 3, 4, 0.0),
+    ("param_l2", "laplace", 2, 0, 0.0),     # L1: 2 C sqrt(d) (Yuan's Laplace baseline)
+    ("update_l2", "laplace", 2, 0, 0.0),
 ]
 
 
@@ -84,7 +86,7 @@ def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, bat
                 "client.local_steps": steps, "client.batch_size": batch,
                 "client.l2_reg": l2_reg, "client.lr": lr, "client.clip": clip,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = make_privacy_plan(cfg, np.array([N]), num_params=MODEL.num_params())
   ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),

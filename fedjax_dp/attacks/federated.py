@@ -101,7 +101,7 @@ def federated_train_fn(cfg, setup: experiment.Setup | None = None, *,
       counts = np.asarray([len(i) for i in clients])
       setups.append(dataclasses.replace(
           setup, config=c, data=build_federated_data(x[s], y[s], clients, n_max=n_max),
-          privacy=make_privacy_plan(c, counts)))
+          privacy=make_privacy_plan(c, counts, num_params=setup.model.num_params())))
     step = group or len(cfgs)
     params = []
     for i in range(0, len(cfgs), step):

@@ -16,7 +16,8 @@ upload        per_example_l2 / l1    2 C (eta_1 / b_i                Gaussian/La
                                      (Wei eq. (13), 2 eta C / |D_i|, the selection rule's
                                      for one full-batch step)        event
 upload        param_l2, update_l2    2 C (the clipped vector moves   same
-                                     inside a ball of radius C)
+                                     inside a ball of radius C);
+                                     L1 (Laplace): 2 C sqrt(d)
 step          per_example_*          2 C per step (summed clipped    E-fold composition,
                                      gradient, replace-one)          the rule's event
 central       update_l2              2 C max_i p_i (replace-one      client-level, the
@@ -104,6 +105,74 @@ def _calibrated_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.nda
   return np.broadcast_to(z, eps.shape) * plan.sensitivity
 
 
+def _paper_inv_var_sum(plan: PrivacyPlan, state: AccountantState) -> np.ndarray:
+  """``[U]`` ``sum_m (Delta_s / scale_m)^2`` in the paper's sensitivity ``Delta_s``
+  (``plan.claimed_sensitivity``): ``inv_var_sum`` is kept in the true sensitivity."""
+  ratio = plan.claimed_sensitivity / plan.sensitivity
+  return state.inv_var_sum * np.square(ratio)
+
+
+def _infinite(state: AccountantState) -> bool:
+  return bool(np.any(np.isinf(state.inv_var_sum)) or np.any(np.isinf(state.rdp.rdp)))
+
+
+def _yuan_eq8_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Remark 3 (eq. (8) at ``theta = 1``) with the paper's ``Delta_s = 2 C / |D_k|``:
+  ``sigma = (Delta_s / eps) sqrt(2 q M ln(1/delta))``. The ``geometric`` schedule turns
+  this constant noise into eq. (8)'s base ``sigma sqrt(S_M / M)`` (same budget)."""
+  return formulas.yuan_sigma_eq8(eps, plan.delta, plan.q, rounds, 1.0, plan.claimed_sensitivity)
+
+
+def _yuan_eq8_corrected_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """The corrected eq. (8) (spec E4) at ``theta = 1``, paper's ``Delta_s``."""
+  return formulas.yuan_sigma_eq8_corrected(eps, plan.delta, plan.q, rounds, 1.0,
+                                           plan.claimed_sensitivity)
+
+
+def _yuan_eq8_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """Eq. (16)/(8) inverted on the realised amplitudes with the paper's ``Delta_s``:
+  ``Delta_s sqrt(2 q ln(1/delta) sum_m sigma_m^-2)``; the target at ``m = M``."""
+  if _infinite(state):
+    return math.inf
+  return float(np.max(formulas.yuan_epsilon_claimed(_paper_inv_var_sum(plan, state),
+                                                    plan.delta, plan.q, 1.0)))
+
+
+def _yuan_eq8_corrected_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """The paper's accountant (16)-(17) minimised over real lambda (spec section 3.3),
+  ``a + 2 sqrt(a ln(1/delta))``, which the corrected eq. (8) brings to the target."""
+  if _infinite(state):
+    return math.inf
+  return float(np.max(formulas.yuan_epsilon_achieved(_paper_inv_var_sum(plan, state),
+                                                     plan.delta, plan.q, 1.0)))
+
+
+def _yuan_laplace_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Spec section 6: ``b = M Delta_s / eps`` per coordinate (basic composition of
+  ``eps / M`` per round, the paper's ``Delta_s`` read as an L1 sensitivity)."""
+  return rounds * plan.claimed_sensitivity / eps
+
+
+def _yuan_laplace_matched_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Laplace with the variance of Remark 3's Gaussian: ``2 b^2 = sigma^2``."""
+  return _yuan_eq8_scale(plan, eps, rounds) / math.sqrt(2.0)
+
+
+def _yuan_laplace_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """Basic composition with the paper's ``Delta_s``: ``sum_m Delta_s / b_m``, computed as
+  ``sqrt(M sum_m (Delta_s / b_m)^2)``: equal for a constant ``b`` (the only schedule
+  Laplace runs with), an upper bound otherwise (Cauchy-Schwarz)."""
+  if _infinite(state):
+    return math.inf
+  return float(np.max(np.sqrt(state.rounds * _paper_inv_var_sum(plan, state))))
+
+
+# Yuan et al.'s formulas: the noise from the paper's Delta_s = 2 C / |D_k|, the claim in
+# it too; the certified epsilon uses the plan's true sensitivity (param_l2: 2 C, L1
+# 2 C sqrt(d)). They need Algorithm 1 (upload, param_l2; make_privacy_plan checks).
+YUAN_FORMULAS = {"yuan_eq8": "gaussian", "yuan_eq8_corrected": "gaussian",
+                 "yuan_laplace": "laplace", "yuan_laplace_matched": "laplace"}
+
 # privacy.formula -> Formula. Wei eq. (10) is the paper's formula as printed (it
 # overspends above epsilon ~4.6, specs/wei_udp_crd.md errata): an explicit choice,
 # never the default. New formulas (Yuan eq. (8)/(9), Fu Thm. 1/2) are peers here.
@@ -111,6 +180,10 @@ FORMULAS: dict[str, Formula] = {
     "calibrated": Formula(_calibrated_scale),
     "wei_eq10": Formula(_wei_eq10_scale, _wei_eq10_claimed),
     "noise_multiplier": Formula(_multiplier_scale),
+    "yuan_eq8": Formula(_yuan_eq8_scale, _yuan_eq8_claimed),
+    "yuan_eq8_corrected": Formula(_yuan_eq8_corrected_scale, _yuan_eq8_corrected_claimed),
+    "yuan_laplace": Formula(_yuan_laplace_scale, _yuan_laplace_claimed),
+    "yuan_laplace_matched": Formula(_yuan_laplace_matched_scale, _yuan_laplace_claimed),
 }
 DEFAULT_FORMULA = "calibrated"
 
@@ -135,6 +208,8 @@ class PrivacyPlan:
     num_clients: U.
     clients_per_round: K.
     rounds: the configured horizon T.
+    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula assumes for its noise
+      and claim (Yuan: ``2 C / |D_k|``); ``None``: the true ``sensitivity``.
   """
 
   mechanism: str
@@ -150,6 +225,7 @@ class PrivacyPlan:
   num_clients: int
   clients_per_round: int
   rounds: int
+  claimed_sensitivity: np.ndarray | None = None
 
   @property
   def target_epsilon(self) -> float:
@@ -293,7 +369,8 @@ class PrivacyPlan:
 
   def claimed_epsilon(self, state: AccountantState) -> float:
     """What the configured formula claims after ``state.rounds`` rounds (for
-    ``wei_eq10``: eq. (10)/(25) inverted; for the others, the certified epsilon)."""
+    ``wei_eq10``: eq. (10)/(25) inverted; ``yuan_*``: the paper's claim in its own
+    ``Delta_s``; for the others, the certified epsilon)."""
     claimed = FORMULAS[self.formula].claimed
     return self.certified_epsilon(state) if claimed is None else claimed(self, state)
 
@@ -313,6 +390,8 @@ class PrivacyPlan:
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
         "sensitivity_min": float(np.min(self.sensitivity)),
         "sensitivity_max": float(np.max(self.sensitivity)),
+        "sensitivity_claimed_max": None if self.claimed_sensitivity is None
+        else float(np.max(self.claimed_sensitivity)),
         "accounting": accounting_info}
 
 
@@ -357,6 +436,26 @@ def upload_sensitivity(clip: float, lrs: np.ndarray, batch: np.ndarray) -> np.nd
   return 2.0 * clip * (lrs[0] / np.asarray(batch, np.float64) + np.sum(lrs[1:]))
 
 
+def param_l1_sensitivity(clip: float, num_params: int) -> float:
+  """Replace-one L1 sensitivity of a ``param_l2`` or ``update_l2`` upload: ``2 C sqrt(d)``.
+
+  Proof. Whatever the data, the upload ``w`` (``param_l2``: projected onto the L2 ball
+  of radius C after every local step, so also after the last) or the update ``w - w_0``
+  (``update_l2``, with ``w_0`` the global model both runs share) lies in the L2 ball of
+  radius C, so two runs on neighbouring datasets differ by ``||x||_2 <= 2 C``. For
+  ``x`` in R^d, Cauchy-Schwarz with the all-ones vector gives
+  ``||x||_1 = <|x|, 1> <= ||x||_2 sqrt(d)``, hence ``||x||_1 <= 2 C sqrt(d)`` for every
+  local step count, batch and learning rate. (Tight up to the ball: ``x = 2 C 1 / sqrt(d)``.)
+
+  Args:
+    clip: C.
+    num_params: d, the number of model parameters (every leaf is noised).
+  """
+  if num_params < 1:
+    raise ValueError(f"num_params must be >= 1, got {num_params}")
+  return 2.0 * clip * math.sqrt(num_params)
+
+
 def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_name: str,
                         clients_per_round: int, q: float) -> float:
   """Replace-one (client level) sensitivity of the aggregate that the server noises.
@@ -397,8 +496,11 @@ def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_
                                               + np.max(counts)))
 
 
-def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
+def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) -> PrivacyPlan:
   """Builds the :class:`PrivacyPlan` of a config for clients with ``counts [U]`` examples.
+
+  ``num_params`` (d) is needed only for Laplace noise on ``param_l2``/``update_l2``
+  uploads, whose L1 sensitivity is :func:`param_l1_sensitivity`.
 
   Raises:
     ValueError: a placement/clipping/selection/aggregation combination without a
@@ -431,7 +533,14 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
             "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
       sens = upload_sensitivity(clip, lrs, batch)
     elif clip_mode in ("param_l2", "update_l2"):
-      sens = np.full(u, 2.0 * clip)
+      if cfg.privacy.mechanism == "laplace":
+        if num_params is None:
+          raise ValueError(f"privacy.mechanism='laplace' with client.clip_mode={clip_mode!r}: "
+                           "the L1 sensitivity 2 C sqrt(d) needs the model's parameter "
+                           "count (make_privacy_plan(..., num_params=d))")
+        sens = np.full(u, param_l1_sensitivity(clip, int(num_params)))
+      else:
+        sens = np.full(u, 2.0 * clip)
     else:
       raise ValueError("privacy.placement='upload' needs client.clip_mode in per_example_l2, "
                        f"per_example_l1, param_l2 or update_l2 (got {clip_mode!r}): without "
@@ -450,14 +559,31 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
                                           int(cfg.server.clients_per_round), q))
   else:
     raise ValueError(f"privacy.placement: unknown {placement!r}")
-  if cfg.privacy.mechanism == "laplace" and clip_mode not in ("per_example_l1",) \
+  laplace_ok = clip_mode == "per_example_l1" or (
+      placement == "upload" and clip_mode in ("param_l2", "update_l2"))
+  if cfg.privacy.mechanism == "laplace" and not laplace_ok \
       and placement != "none" and np.any(np.isfinite(eps)):
     raise ValueError("privacy.mechanism='laplace' needs L1 sensitivity: use "
-                     "client.clip_mode='per_example_l1'")
+                     "client.clip_mode='per_example_l1', or privacy.placement='upload' with "
+                     f"client.clip_mode in param_l2, update_l2 (got {placement!r}, "
+                     f"{clip_mode!r})")
+  claimed_sens = None
+  formula = cfg.privacy.formula
+  if formula in YUAN_FORMULAS and placement != "none":
+    if placement != "upload" or clip_mode != "param_l2":
+      raise ValueError(f"privacy.formula={formula!r} is Yuan et al.'s Algorithm 1: it needs "
+                       "privacy.placement='upload' and client.clip_mode='param_l2' (got "
+                       f"{placement!r}, {clip_mode!r})")
+    if cfg.privacy.mechanism != YUAN_FORMULAS[formula]:
+      raise ValueError(f"privacy.formula={formula!r} calibrates "
+                       f"{YUAN_FORMULAS[formula]} noise: set privacy.mechanism="
+                       f"{YUAN_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
+    claimed_sens = np.asarray(formulas.yuan_sensitivity(clip, counts), np.float64)
   return PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
       epsilon=eps, delta=float(cfg.privacy.delta), q=q,
       selection=cfg.server.selection, sensitivity=sens,
       steps=steps if placement == "step" else 1,
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,
-      clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds))
+      clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
+      claimed_sensitivity=claimed_sens)

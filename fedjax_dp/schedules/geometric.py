@@ -13,9 +13,11 @@ configured constant-schedule noise over ``M`` rounds, the budget is
 ``B_i = M / sigma_c,i(M)^2`` and ``sigma_i^2 = S_M / B_i`` (the geometric series
 spends exactly the ``sum_m sigma_m^-2`` of the constant schedule). Eq. (8) is
 ``S_M / B`` with ``B = eps^2 / (2 q Delta_s^2 ln(1/delta))``, so for
-``privacy.formula = 'wei_eq10'`` (whose eq. (10) is Yuan's Remark 3) the base
-is eq. (8) exactly, and for the corrected eq. (10) it is the corrected eq. (8)
-of spec E4. :func:`yuan_base_sigma` computes either directly from the privacy
+``privacy.formula = 'yuan_eq8'`` (Remark 3 with the paper's ``Delta_s = 2 C / |D_k|``)
+the base is eq. (8) as printed exactly, and for ``'yuan_eq8_corrected'`` it is the
+corrected eq. (8) of spec E4; a refinement's ``F / B`` is then eq. (9) with the same
+``Delta_s`` (``wei_eq10``, whose eq. (10) is Remark 3 in the plan's sensitivity,
+likewise). :func:`yuan_base_sigma` computes either directly from the privacy
 targets (``formulas.yuan_sigma_eq8`` / ``yuan_sigma_eq8_corrected``) so that the
 engine wiring can choose. The ``sum sigma^-2`` view is the paper's accountant
 (eqs. (16)-(17)); it is exact for Gaussian noise without subsampling and a
