@@ -105,3 +105,8 @@ def test_bad_client_chunk_is_reported():
   cfg = config_lib.override(config_lib.base_config(), ["server.client_chunk=-2"])
   with pytest.raises(config_lib.ConfigError, match="server.client_chunk"):
     config_lib.validate(cfg)
+
+
+def test_default_chunk_is_chosen_from_memory():
+  """What `fedjax-dp run` does unless told: the chunk from memory (the benchmarked path)."""
+  assert int(config_lib.base_config().server.client_chunk) == experiment.CLIENT_CHUNK_AUTO
