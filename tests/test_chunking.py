@@ -91,7 +91,8 @@ def test_chunk_from_memory():
 
 def test_run_with_chunks_equals_run_without():
   base = ["rounds=3", "data.num_clients=7", "data.samples_per_client=20",
-          "server.clients_per_round=7", "model.name=logistic", "progress=false"]
+          "server.clients_per_round=7", "model.name=logistic", "progress=false",
+          "server.client_chunk=0"]
   cfg = config_lib.override(config_lib.load_config(QUICKSTART), base)
   want = experiment.run(cfg).rows
   for chunk in ("3", "-1"):
