@@ -168,7 +168,13 @@ def _update_clipped_sum(cfg, params, layers, flat_params, mask, keys, hp, weight
     if n * (d + o) <= 2 * d * o:
       sq = sq + _group_sq_norms(a3, g3, has_bias)
       continue
-    kernel = jnp.einsum("kmd,kmo->kdo", a3, g3)  # [B, d, o] client gradients
+    # [B, d, o] client gradients, formed as ``(B_k^T A_k)^T`` like jax.grad forms a
+    # Dense kernel's gradient, and as a plain dot for one client: XLA:CPU runs
+    # ``A_k^T B_k`` or a batch of one more slowly (W7 round 0.21 s vs 0.18 s).
+    if b == 1:
+      kernel = (g3[0].T @ a3[0]).T[None]
+    else:
+      kernel = jnp.swapaxes(jnp.einsum("kmo,kmd->kod", g3, a3), 1, 2)
     bias = jnp.sum(g3, 1) if has_bias else None  # [B, o]
     sq = sq + jnp.sum(jnp.square(kernel), (1, 2))
     if has_bias:
