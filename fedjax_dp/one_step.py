@@ -22,7 +22,10 @@ gradients and K model copies. What stays per client:
   flops) or is formed explicitly (``n d o`` flops); the Gram form is used when it is
   at most twice the flops, since it never writes K ``[d, o]`` gradients (XLA runs
   those small batched matmuls slowly on CPU: 10,000 clients of 16 examples x 784 x 10
-  take 0.28 s explicitly vs 0.05 s by Grams);
+  take 0.28 s explicitly vs 0.05 s by Grams); where the explicit form is used (many
+  examples per client, e.g. Wei's 800 > 784), the clipped client gradients are summed
+  directly instead of running the weighted-gradient matmul as well
+  (:func:`_update_clipped_sum`);
 * per-client upload noise, drawn with each client's own key exactly as
   :func:`fedjax_dp.client.client_update` draws it, then summed with the weights.
 
