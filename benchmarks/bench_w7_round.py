@@ -35,7 +35,8 @@ def main(argv=None):
   parser.add_argument("--turns", type=int, default=6)
   parser.add_argument("--previous-one-step", default="")
   args = parser.parse_args(argv)
-  cfg = config_lib.override(config_lib.load_config(ROOT / "experiments/configs/wei_mnist_mlp.py"), [
+  wei = config_lib.load_config(ROOT / "experiments/configs/wei_mnist_mlp.py")
+  cfg = config_lib.override(wei, [
       f"data.dir={MNIST_DIR}", "progress=false", "client.clip_mode=update_l2",
       "privacy.placement=central", "server.client_chunk=-1"])
   setup = experiment.build(cfg)

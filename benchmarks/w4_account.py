@@ -77,7 +77,7 @@ def main(argv=None):
   out = {k: round(v, 2) for k, v in SECONDS.items()}
   out["other"] = round(total - sum(SECONDS.values()), 2)
   out["total"] = round(total, 2)
-  print(json.dumps(dict(method=method, points=n, seconds=out)))
+  print(json.dumps({"method": method, "points": n, "seconds": out}))
 
 
 if __name__ == "__main__":

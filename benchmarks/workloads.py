@@ -332,7 +332,8 @@ def w7(method: str, quick: bool) -> dict:
   run DP-FedAvg). ``ours`` uses the CLI's default chunk (from memory),
   ``ours_all_at_once`` chunk 0, ``ours_unfused`` switches one-step fusion off."""
   chunk = {"ours": -1, "ours_unfused": -1}.get(method, 0)
-  cfg = config_lib.override(config_lib.load_config(ROOT / "experiments/configs/wei_mnist_mlp.py"), [
+  wei = config_lib.load_config(ROOT / "experiments/configs/wei_mnist_mlp.py")
+  cfg = config_lib.override(wei, [
       f"data.dir={MNIST_DIR}", "privacy.epsilon=8", "progress=false",
       "client.clip_mode=update_l2", "privacy.placement=central",
       f"server.client_chunk={chunk}"])
@@ -388,7 +389,8 @@ TASKS = {
     "W4/one_by_one_cli": lambda q: w4("one_by_one_cli", q),
     "W4-agg/batched": lambda q: w4("batched", q, "aggregate"),
     "W4-agg/one_by_one": lambda q: w4("one_by_one", q, "aggregate"),
-    "W7/ours": lambda q: w7("ours", q), "W7/ours_all_at_once": lambda q: w7("ours_all_at_once", q),
+    "W7/ours": lambda q: w7("ours", q),
+    "W7/ours_all_at_once": lambda q: w7("ours_all_at_once", q),
     "W7/ours_unfused": lambda q: w7("ours_unfused", q),
     "W7/loop": lambda q: w7("loop", q), "W7/torch": lambda q: w7("torch", q),
 }
