@@ -1,4 +1,4 @@
-"""All benchmarks W1-W4 with their baselines, side by side, in one command.
+"""All benchmarks W1-W4 and W7 with their baselines, side by side, in one command.
 
   python benchmarks/run_all.py [--quick] [--only W1,W3] [--no-torch]
 
@@ -38,6 +38,9 @@ TASKS = [
     ("W4/batched_files", 600), ("W4/one_by_one_files", 900), ("W4/one_by_one_cli", 1200),
     ("W4-agg/batched", 600), ("W4-agg/one_by_one", 900),
 ]
+# W7: DP-FedAvg (update clipping + central noise) in W1's setting.
+TASKS += [("W7/ours", 300), ("W7/ours_all_at_once", 300), ("W7/ours_unfused", 300),
+          ("W7/loop", 300), ("W7/torch", 600)]
 QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
            "roofline_gflops", "roofline_frac", "peak_rss_mb", "vs", "note"]
@@ -66,6 +69,10 @@ def _notes(rows: dict[str, dict]) -> None:
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
+  for base in ("torch", "loop", "ours_unfused"):
+    r = ratio("W7/ours", f"W7/{base}")
+    if r is not None:
+      rows["W7/ours"].setdefault("vs", []).append(faster(r, base))
   for batched, base, label in (
       ("W4/batched", "W4/one_by_one", "one by one"),
       ("W4/batched_files", "W4/one_by_one_files", "one by one"),

@@ -23,8 +23,13 @@ def toy_federated(num_clients=6, n=20, shape=(4, 4, 1), classes=3, seed=0, n_max
 
 
 def small_config(defaults: dict, **sets):
-  """The quickstart config with ``defaults`` then ``sets`` applied as overrides."""
-  base = dict(defaults)
+  """The quickstart config with ``defaults`` then ``sets`` applied as overrides.
+
+  All clients at once (``server.client_chunk=0``) unless a test says otherwise: the
+  default (-1) compiles two probe rounds per new config, which tiny rounds do not
+  need; tests/test_chunking.py and test_noise_sampling.py cover -1.
+  """
+  base = {"server.client_chunk": "0", **defaults}
   base.update(sets)
   return config_lib.override(config_lib.load_config(QUICKSTART),
                              [f"{k}={v}" for k, v in base.items()])

@@ -91,7 +91,8 @@ def test_chunk_from_memory():
 
 def test_run_with_chunks_equals_run_without():
   base = ["rounds=3", "data.num_clients=7", "data.samples_per_client=20",
-          "server.clients_per_round=7", "model.name=logistic", "progress=false"]
+          "server.clients_per_round=7", "model.name=logistic", "progress=false",
+          "server.client_chunk=0"]
   cfg = config_lib.override(config_lib.load_config(QUICKSTART), base)
   want = experiment.run(cfg).rows
   for chunk in ("3", "-1"):
@@ -105,3 +106,8 @@ def test_bad_client_chunk_is_reported():
   cfg = config_lib.override(config_lib.base_config(), ["server.client_chunk=-2"])
   with pytest.raises(config_lib.ConfigError, match="server.client_chunk"):
     config_lib.validate(cfg)
+
+
+def test_default_chunk_is_chosen_from_memory():
+  """What `fedjax-dp run` does unless told: the chunk from memory (the benchmarked path)."""
+  assert int(config_lib.base_config().server.client_chunk) == experiment.CLIENT_CHUNK_AUTO

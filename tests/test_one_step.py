@@ -115,3 +115,46 @@ def test_not_fusable(ccfg):
 def test_cnn_is_not_fusable():
   model = get_model("cnn_pfl_cifar10", (32, 32, 3), 10)
   assert not one_step.fusable(model, client_lib.ClientConfig(1, 0, "update_l2", "central"))
+
+
+@pytest.mark.parametrize("chunk", [1, 4])  # one client per block (a plain dot), or several
+def test_update_clipping_with_explicit_client_gradients(chunk):
+  """n > d: every layer forms the clients' [d, o] gradients explicitly (Wei's MNIST
+  shape, n = 800 > d = 784) and sums them scaled; equals the per-client path, with
+  central noise, unequal client sizes, padding and a clip that binds for some."""
+  shape, clip = (2, 2, 1), 1.5
+  model = get_model("mlp_784_256_10", shape, CLASSES)
+  n_max = 48
+  # Every layer takes the explicit branch of one_step's flop rule.
+  for d, o in ((4, 256), (256, CLASSES)):
+    assert n_max * (d + o) > 2 * d * o
+  data = toy_federated(9, 40, shape, CLASSES, 1, n_max=n_max)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
+  ccfg = client_lib.ClientConfig(1, 0, "update_l2", "central")
+  cfg = engine.RoundConfig(ccfg, client_chunk=chunk)
+  args = _args()._replace(clip=jnp.float32(clip))
+  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
+      params, data, args)
+  got = engine.make_round_fn(model, cfg)(params, data, args)
+  _assert_close(got, want)
+  if chunk > 1:
+    return
+
+  # Each client alone through block_sum (weight 1, no noise): its update's norm is
+  # min(raw norm, C), and the clip binds for some clients only.
+  x, y, m = data.x[:6], data.y[:6], data.mask[:6]
+  hp = client_lib.ClientHParams(jnp.full((1,), 0.7), jnp.float32(clip), 0.0, 0.0)
+  quiet = dataclasses.replace(ccfg, noise_placement="none")
+
+  def norms(c, xi, yi, mi):
+    raw = client_lib.client_update(model, dataclasses.replace(c, clip_mode="none"), params, xi,
+                                   yi, mi, jax.random.PRNGKey(0), hp).params
+    total, _, _ = one_step.block_sum(
+        model, c, params, xi[None], yi[None], mi[None], jax.random.PRNGKey(0)[None],
+        jax.tree_util.tree_map(lambda a: jnp.reshape(a, (1,) + jnp.shape(a)), hp), jnp.ones(1))
+    diff = lambda a: client_lib.clipping.tree_norm(jax.tree_util.tree_map(jnp.subtract, a, params))
+    return diff(raw), diff(total)
+
+  raw, clipped = jax.jit(jax.vmap(lambda *a: norms(quiet, *a)))(x, y, m)
+  assert np.min(raw) < clip < np.max(raw)
+  np.testing.assert_allclose(clipped, np.minimum(raw, clip), rtol=1e-4)
