@@ -626,7 +626,7 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
                                ((shapes.x, example_dims), (shapes.y, 1), (shapes.mask, 1))))
   lane_bytes = max(cohorts, 1) * max(shared + max(lanes, 1) * (per_client - shared), 1.0)
   chunk = int(fraction * memory_bytes // lane_bytes)
-  if cache_bytes is None and jax.default_backend() == "cpu" and model.ghost:
+  if cache_bytes is None and jax.default_backend() == "cpu" and not model.conv:
     # Only for all-dense models: XLA (CPU) runs convolution weight gradients inside
     # loops (the chunk scan) on a path ~15x slower than outside, so small chunks
     # cost CNNs far more than cache misses do.

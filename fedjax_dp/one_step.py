@@ -9,7 +9,7 @@ its (per-example clipped) gradients, and the server's weighted sum of the upload
 
 (``s_k`` the update-clipping factor, 1 without update clipping). The second term is
 the gradient of ONE weighted loss over all the block's examples, so for models made
-of ghost :class:`fedjax_dp.models.layers.Dense` layers it is one matmul per layer
+of ghost :class:`fedjax_dp.models.layers.Dense` (and ``Conv``) layers it is one matmul per layer
 over the whole block (book-keeping, Bu et al. 2023) instead of K per-client
 gradients and K model copies. What stays per client:
 
@@ -46,7 +46,7 @@ FUSABLE_CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "update_l2")
 def fusable(model: Model, cfg: client_lib.ClientConfig) -> bool:
   """Whether :func:`block_sum` computes this local training exactly.
 
-  Needs one full-batch step of an all-ghost-Dense model, no per-step noise, no
+  Needs one full-batch step of an all-ghost model (Dense / Conv layers), no per-step noise, no
   parameter projection, and no L2 regulariser together with update clipping (its
   cross term would need ``<G_k, w>`` per client).
   """
@@ -116,7 +116,8 @@ def block_sum(model: Model, cfg: client_lib.ClientConfig, params, x: jax.Array,
     example_scale = clipping.clip_factor(norms, hp.clip[:, None])
     grad_norm = jnp.sum(norms * mask, 1) / denom
   elif cfg.clip_mode == "update_l2":
-    sq = sum(_group_sq_norms(a.reshape(b, n, -1), g.reshape(b, n, -1),
+    # A convolution's client gradient sums over examples and output positions alike.
+    sq = sum(_group_sq_norms(a.reshape(b, -1, a.shape[-1]), g.reshape(b, -1, g.shape[-1]),
                              prefix + ("bias",) in flat_params)
              for prefix, (a, g) in layers.items())
     client_scale = clipping.clip_factor(lr * jnp.sqrt(sq) / denom, hp.clip)

@@ -46,8 +46,11 @@ class Model:
     input_shape: shape of one example, e.g. ``(28, 28, 1)``.
     num_classes: number of output classes.
     loss_name: ``'cross_entropy'`` or ``'hinge'``.
-    ghost: True when every parameter belongs to a :class:`fedjax_dp.models.layers.Dense`,
-      so per-example clipping can use ghost norms instead of per-example gradients.
+    ghost: True when every parameter belongs to a :class:`fedjax_dp.models.layers.Dense`
+      or :class:`fedjax_dp.models.layers.Conv`, so per-example clipping can use ghost
+      norms instead of per-example gradients.
+    conv: True when the model has convolutions (the engine picks its CNN round
+      layout by it, see :mod:`fedjax_dp.conv_round`).
   """
 
   name: str
@@ -56,6 +59,7 @@ class Model:
   num_classes: int
   loss_name: str = "cross_entropy"
   ghost: bool = False
+  conv: bool = False
 
   def init(self, key: jax.Array) -> Params:
     """Returns the initial parameters for PRNG ``key``."""

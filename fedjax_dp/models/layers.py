@@ -13,14 +13,35 @@ and the clipped sum ``sum_i c_i a_i g_i^T = A^T (c * G)`` is a single matmul
 pass, one backward pass to the layer outputs and one matmul per layer -- the same
 as a non-private step -- and never holds ``[n, d_in, d_out]`` in memory.
 
-:class:`Dense` records its input with ``sow('intermediates', 'ghost_in', x)`` and
-marks its output with ``perturb('ghost_out', y)``; both are no-ops in a plain
-``apply``. :mod:`fedjax_dp.privacy.clipping` uses them.
+A convolution is a dense layer applied at every output position: with ``P_i``
+``[T, k*k*C_in]`` the unfolded input of example i (im2col, one row per output
+position) and ``G_i [T, C_out]`` its output gradient, the per-example kernel
+gradient is ``P_i^T G_i`` (flattened) and the bias gradient ``sum_t G_i[t]``.
+Its norm no longer factorises, but it is computed per layer without the model's
+per-example gradients (ghost clipping, Li et al. 2022; Bu et al. 2023, "mixed"):
+
+* L2: ``||P_i^T G_i||_F^2 = sum((P_i P_i^T) * (G_i G_i^T))`` (two ``[T, T]`` Gram
+  matrices, ``T^2 (d + o)`` flops) or from the layer's per-example gradient itself
+  (``T d o`` flops, ``d o`` numbers per example, one layer at a time): whichever
+  costs fewer flops;
+* L1: from the layer's per-example gradient ``P_i^T G_i``;
+
+and the clipped sum ``sum_i c_i P_i^T G_i`` is again one matmul over all examples'
+positions, like an ordinary convolution's weight gradient.
+
+:class:`Dense` and :class:`Conv` record their (unfolded) input with
+``sow('intermediates', 'ghost_in', a)`` and mark their output with
+``perturb('ghost_out', y)``; both are no-ops in a plain ``apply`` (XLA drops the
+unused im2col). :mod:`fedjax_dp.privacy.clipping` uses them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Union
+
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 GHOST_IN = "ghost_in"
@@ -54,6 +75,59 @@ class Dense(nn.Module):
     if self.use_bias:
       y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,))
     return self.perturb(GHOST_OUT, y)
+
+
+ConvPadding = Union[str, Sequence[tuple[int, int]]]
+CONV_DIMS = ("NHWC", "HWIO", "NHWC")
+
+
+class Conv(nn.Module):
+  """A stride-1 2-D convolution (NHWC) that supports ghost clipping.
+
+  Parameters are ``kernel [kh, kw, C_in, features]`` and ``bias [features]``, the
+  names, shapes and (with the same ``kernel_init``) initial values of
+  ``flax.linen.Conv``, which it replaces in :class:`fedjax_dp.models.zoo.ConvNet`.
+
+  It sows its input unfolded, ``[n, H', W', C_in * kh * kw]`` with the input channel
+  slowest (``jax.lax.conv_general_dilated_patches``' order), so
+  ``kernel.transpose(2, 0, 1, 3).reshape(-1, features)`` is the matching matrix.
+
+  Attributes:
+    features: output channels.
+    kernel_size: ``(kh, kw)``.
+    padding: ``'SAME'``, ``'VALID'`` or ``[(lo, hi), (lo, hi)]``.
+    use_bias: whether to add a bias.
+    kernel_init: initialiser for the kernel.
+  """
+
+  features: int
+  kernel_size: tuple[int, int]
+  padding: ConvPadding = "VALID"
+  use_bias: bool = True
+  kernel_init: nn.initializers.Initializer = nn.initializers.lecun_normal()
+
+  @nn.compact
+  def __call__(self, x):
+    """Applies the layer. ``x``: ``[n, H, W, C_in]``; returns ``[n, H', W', features]``."""
+    if x.ndim != 4:
+      raise ValueError(f"Conv expects [n, H, W, C] inputs, got shape {x.shape}")
+    kernel = self.param("kernel", self.kernel_init,
+                        (*self.kernel_size, x.shape[-1], self.features))
+    padding = self.padding if isinstance(self.padding, str) else tuple(
+        tuple(p) for p in self.padding)
+    if self.is_mutable_collection("intermediates"):
+      self.sow("intermediates", GHOST_IN, jax.lax.conv_general_dilated_patches(
+          x, self.kernel_size, (1, 1), padding, dimension_numbers=CONV_DIMS))
+    y = jax.lax.conv_general_dilated(x, kernel, (1, 1), padding, dimension_numbers=CONV_DIMS)
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,))
+    return self.perturb(GHOST_OUT, y)
+
+
+def conv_kernel_from_matrix(m, kernel_shape):
+  """``[C_in * kh * kw, C_out]`` (patch order) -> kernel ``[kh, kw, C_in, C_out]``."""
+  kh, kw, cin, cout = kernel_shape
+  return m.reshape(cin, kh, kw, cout).transpose(1, 2, 0, 3)
 
 
 def flatten(x):
