@@ -68,6 +68,8 @@ def base_config() -> ConfigDict:
   # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
   # memory is bounded by one chunk. 0 = all K at once; -1 = from the free memory.
   c.server.client_chunk = 0
+  # CNNs: 'auto' (im2col on CPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
+  c.server.conv_impl = "auto"
 
   c.privacy = ConfigDict()
   c.privacy.epsilon = 4.0          # per-client target; inf disables noise
@@ -206,6 +208,9 @@ def validate(cfg: ConfigDict) -> None:
   if int(cfg.server.client_chunk) < -1:
     raise ConfigError(f"server.client_chunk must be >= 0 (0 = all clients at once) or -1 "
                       f"(from free memory), got {cfg.server.client_chunk}")
+  if cfg.server.get("conv_impl", "auto") not in ("auto", "conv", "im2col"):
+    raise ConfigError(f"server.conv_impl: unknown {cfg.server.conv_impl!r}; "
+                      "known: ['auto', 'conv', 'im2col']")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if cfg.privacy.noise_sampling not in ("per_client", "aggregate"):

@@ -106,7 +106,8 @@ def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
       chunk_size=cfg.client.chunk_size)
   return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
-                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate")
+                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
+                            conv_impl=cfg.server.get("conv_impl", "auto"))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:

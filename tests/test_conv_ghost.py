@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.models.base import Model
-from fedjax_dp.models.layers import Conv, Dense, conv_kernel_from_matrix, flatten
+from fedjax_dp.models.layers import Conv, Dense, flatten
 from fedjax_dp.models.zoo import get_model
 from fedjax_dp.privacy import clipping
 
@@ -76,22 +76,26 @@ def test_gram_and_explicit_branches_agree():
   np.testing.assert_allclose(gram, want, rtol=1e-5)
 
 
-def test_conv_layer_matches_flax_conv_and_kernel_order():
+@pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 2), (0, 1))])
+def test_conv_layer_matches_flax_conv_in_both_impls(padding):
   x = jax.random.normal(jax.random.PRNGKey(0), (2, 7, 6, 3))
-  ours = Conv(4, (3, 2), [(1, 2), (0, 1)], kernel_init=nn.initializers.normal())
-  ref = nn.Conv(4, (3, 2), padding=[(1, 2), (0, 1)], kernel_init=nn.initializers.normal())
-  p = ours.init(jax.random.PRNGKey(1), x)
-  assert jax.tree_util.tree_map(jnp.shape, p["params"]) == jax.tree_util.tree_map(
-      jnp.shape, ref.init(jax.random.PRNGKey(1), x)["params"])
-  p = {"params": p["params"]}
-  np.testing.assert_allclose(ours.apply(p, x), ref.apply(p, x), rtol=1e-5, atol=1e-5)
-  # The sown patches times the kernel in patch order is the convolution.
-  y, state = ours.apply(p, x, mutable=["intermediates"])
-  (patches,) = state["intermediates"]["ghost_in"]
-  k = p["params"]["kernel"]
-  m = k.transpose(2, 0, 1, 3).reshape(-1, 4)
-  np.testing.assert_allclose(patches @ m + p["params"]["bias"], y, rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(conv_kernel_from_matrix(m, k.shape), k)
+  ref = nn.Conv(4, (3, 2), padding=padding, kernel_init=nn.initializers.normal())
+  want_params = ref.init(jax.random.PRNGKey(1), x)["params"]
+  p = {"params": {"kernel": want_params["kernel"], "bias": jnp.arange(4.0)}}
+  want = ref.apply(p, x)
+  for impl in ("conv", "im2col"):
+    ours = Conv(4, (3, 2), padding, kernel_init=nn.initializers.normal(), impl=impl)
+    got_params = ours.init(jax.random.PRNGKey(1), x)["params"]
+    assert jax.tree_util.tree_map(jnp.shape, got_params) == jax.tree_util.tree_map(
+        jnp.shape, want_params)
+    np.testing.assert_allclose(ours.apply(p, x), want, rtol=1e-5, atol=1e-5)
+    # The sown unfolded input times the reshaped kernel is the convolution.
+    y, state = ours.apply(p, x, mutable=["intermediates"])
+    (cols,) = state["intermediates"]["ghost_in"]
+    np.testing.assert_allclose(cols @ p["params"]["kernel"].reshape(-1, 4) + p["params"]["bias"],
+                               y, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="conv_impl"):
+    Conv(4, (3, 2), impl="fft").init(jax.random.PRNGKey(1), x)
 
 
 def test_clipped_per_example_gradients_never_exceed_clip():

@@ -50,7 +50,7 @@ class Model:
       or :class:`fedjax_dp.models.layers.Conv`, so per-example clipping can use ghost
       norms instead of per-example gradients.
     conv: True when the model has convolutions (the engine picks its CNN round
-      layout by it, see :mod:`fedjax_dp.conv_round`).
+      implementation by it, see ``RoundConfig.conv_impl`` in :mod:`fedjax_dp.engine`).
   """
 
   name: str

@@ -13,6 +13,7 @@ per-example clipping uses ghost norms, never per-example gradients of the model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Union
@@ -153,6 +154,8 @@ class ConvNet(nn.Module):
     num_classes: output width.
     pool_padding: ``'VALID'`` (PyTorch floor) or ``'SAME'`` (TensorFlow ceil) pooling.
     kernel_init: initialiser of every conv and dense kernel (biases start at 0).
+    conv_impl: how the convolutions compute (:class:`~fedjax_dp.models.layers.Conv`
+      ``impl``); the same function and parameters either way.
   """
 
   convs: Sequence[ConvSpec]
@@ -160,6 +163,7 @@ class ConvNet(nn.Module):
   num_classes: int
   pool_padding: str = "VALID"
   kernel_init: nn.initializers.Initializer = TORCH_KERNEL_INIT
+  conv_impl: str = "conv"
 
   @nn.compact
   def __call__(self, x):
@@ -173,7 +177,7 @@ class ConvNet(nn.Module):
     for spec in self.convs:
       pad = spec.padding if isinstance(spec.padding, str) else [(spec.padding, spec.padding)] * 2
       x = Conv(spec.features, (spec.kernel, spec.kernel), padding=pad,
-               kernel_init=self.kernel_init)(x)
+               kernel_init=self.kernel_init, impl=self.conv_impl)(x)
       x = nn.relu(x)
       if spec.pool > 1:
         window = (spec.pool, spec.pool)
@@ -194,6 +198,17 @@ def _build_cnn(name, input_shape, num_classes, convs, hidden=(), pool_padding="V
   feature_hw(input_shape[:2], convs, pool_padding, what=name)  # fail early, clearly
   module = ConvNet(convs, tuple(hidden), num_classes, pool_padding, kernel_init)
   return Model(name, module, input_shape, num_classes, "cross_entropy", ghost=True, conv=True)
+
+
+def with_conv_impl(model: Model, impl: str) -> Model:
+  """``model`` with its convolutions computed by ``impl`` (``'conv'`` or ``'im2col'``).
+
+  The same function of the same parameters; models without convolutions are
+  returned unchanged.
+  """
+  if not model.conv or getattr(model.module, "conv_impl", impl) == impl:
+    return model
+  return dataclasses.replace(model, module=model.module.clone(conv_impl=impl))
 
 
 def cnn_wei_cifar10(input_shape: Sequence[int], num_classes: int) -> Model:

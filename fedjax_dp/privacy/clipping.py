@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models.base import Model
-from fedjax_dp.models.layers import GHOST_IN, GHOST_OUT, conv_kernel_from_matrix
+from fedjax_dp.models.layers import GHOST_IN, GHOST_OUT
 
 PyTree = Any
 ORDS = {"l2": 2, "l1": 1}
@@ -140,9 +140,8 @@ def ghost_weighted_grad(layers, flat_params, scale):
     t = a.shape[1]
     kernel = (a[:, 0].T @ cg[:, 0] if t == 1
               else a.reshape(-1, a.shape[-1]).T @ cg.reshape(-1, cg.shape[-1]))
-    shape = flat_params[prefix + ("kernel",)].shape
-    grads[prefix + ("kernel",)] = (conv_kernel_from_matrix(kernel, shape) if len(shape) == 4
-                                   else kernel.reshape(shape))
+    # A Conv kernel [kh, kw, C_in, C_out] in its unfold order is a plain reshape.
+    grads[prefix + ("kernel",)] = kernel.reshape(flat_params[prefix + ("kernel",)].shape)
     if prefix + ("bias",) in flat_params:
       grads[prefix + ("bias",)] = jnp.sum(cg, (0, 1))
   return flax.traverse_util.unflatten_dict(grads)
