@@ -38,9 +38,13 @@ TASKS = [
     ("W4/batched_files", 600), ("W4/one_by_one_files", 900), ("W4/one_by_one_cli", 1200),
     ("W4-agg/batched", 600), ("W4-agg/one_by_one", 900),
 ]
+TASKS += [
+    ("W5/ours", 600), ("W5/ours_conv", 600), ("W5/loop", 600), ("W5/torch", 600),
+    ("W6/ours", 600), ("W6/ours_conv", 600), ("W6/loop", 600), ("W6/torch", 600),
+]
 QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
-           "roofline_gflops", "roofline_frac", "peak_rss_mb", "vs", "note"]
+           "roofline_gflops", "roofline_frac", "peak_rss_mb", "compile_s", "vs", "note"]
 
 
 def _notes(rows: dict[str, dict]) -> None:
@@ -53,8 +57,8 @@ def _notes(rows: dict[str, dict]) -> None:
   def faster(r, base):
     return f"{r:.1f}x faster than {base}" if r >= 1 else f"{1 / r:.1f}x slower than {base}"
 
-  for w in ("W1", "W2"):
-    for base in ("torch", "loop"):
+  for w in ("W1", "W2", "W5", "W6"):
+    for base in ("torch", "loop", "ours_conv"):
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
@@ -80,6 +84,8 @@ def _notes(rows: dict[str, dict]) -> None:
     notes = []
     if "client_chunk" in row:
       notes.append(f"client_chunk={row['client_chunk']}")
+    if "conv_impl" in row:
+      notes.append(f"conv_impl={row['conv_impl']}")
     if "total_s" in row:
       notes.append(f"total {row['total_s']:.1f} s")
     if row.get("error"):
