@@ -42,7 +42,8 @@ TASKS += [
     ("W5/ours", 600), ("W5/ours_conv", 600), ("W5/loop", 600), ("W5/torch", 600),
     ("W6/ours", 600), ("W6/ours_conv", 600), ("W6/loop", 600), ("W6/torch", 600),
 ]
-QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli"}
+QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli", "W5/ours_conv",
+              "W6/ours_conv"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
            "roofline_gflops", "roofline_frac", "peak_rss_mb", "compile_s", "vs", "note"]
 

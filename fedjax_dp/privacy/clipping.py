@@ -162,6 +162,13 @@ def layer_norm_parts(a: jax.Array, g: jax.Array, has_bias: bool, ord: int = 2) -
     at a time); both are exact, the rule only picks the cheaper one.
   * T positions, L1: no factorisation exists, so from ``A_i^T G_i``.
 
+  Privacy: these are the exact per-example norms (identities, not bounds), so
+  scaling example i by ``clip_factor(norm_i, C)`` bounds its clipped gradient by C
+  up to float rounding, and adding or removing one example moves the clipped sum by
+  at most C -- the sensitivity the accountants assume for per-example clipping,
+  whatever the layers (``tests/test_conv_ghost.py`` checks the bound against
+  materialised per-example gradients).
+
   Args:
     a: ``[n, ..., d_in]`` layer inputs (unfolded for a convolution).
     g: ``[n, ..., d_out]`` gradients w.r.t. the layer outputs.
