@@ -100,7 +100,7 @@ def test_conv_layer_matches_flax_conv_in_both_impls(padding):
 
 def test_clipped_per_example_gradients_never_exceed_clip():
   """For inputs of every scale, each example's clipped gradient has norm <= C."""
-  model = get_model("cnn_fu_femnist", (8, 8, 1), 4)
+  model = get_model("cnn_pfl_cifar10", (8, 8, 1), 4)
   params = model.init(jax.random.PRNGKey(0))
   rng = np.random.default_rng(1)
   clip = 0.7

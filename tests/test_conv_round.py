@@ -74,7 +74,7 @@ CASES = [
 @pytest.mark.parametrize("ccfg,chunk", CASES)
 def test_im2col_round_equals_per_client_conv_reference(ccfg, chunk):
   data = toy_federated(6, 10, SHAPE, CLASSES, 0, n_max=12)
-  model = get_model("cnn_fu_femnist", SHAPE, CLASSES)
+  model = get_model("cnn_pfl_cifar10", SHAPE, CLASSES)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   cfg = engine.RoundConfig(ccfg, client_chunk=chunk, conv_impl="im2col", fuse_one_step=False)
   args = _args([0.05, 0.1, 0.02, 0.3, 0.07], ccfg.local_steps)
@@ -86,7 +86,7 @@ def test_im2col_round_equals_per_client_conv_reference(ccfg, chunk):
 def test_im2col_lanes_equal_single_points():
   ccfg = client_lib.ClientConfig(2, 4, "per_example_l2", "upload")
   data = toy_federated(6, 10, SHAPE, CLASSES, 0, n_max=12)
-  model = get_model("cnn_fu_femnist", SHAPE, CLASSES)
+  model = get_model("cnn_pfl_cifar10", SHAPE, CLASSES)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   lanes = _args([0.05, 0.1, 0.02, 0.3, 0.07], 2, lanes=2)
   cfg = engine.RoundConfig(ccfg, client_chunk=2, conv_impl="im2col")
