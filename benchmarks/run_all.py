@@ -41,9 +41,15 @@ TASKS = [
 # W7: DP-FedAvg (update clipping + central noise) in W1's setting.
 TASKS += [("W7/ours", 300), ("W7/ours_all_at_once", 300), ("W7/ours_unfused", 300),
           ("W7/loop", 300), ("W7/torch", 600)]
-QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli"}
+# W5 / W6: the A-DPFL MNIST CNN and Fu's FEMNIST CNN.
+TASKS += [
+    ("W5/ours", 600), ("W5/ours_conv", 600), ("W5/loop", 600), ("W5/torch", 600),
+    ("W6/ours", 600), ("W6/ours_conv", 600), ("W6/loop", 600), ("W6/torch", 600),
+]
+QUICK_SKIP = {"W3-10k/loop", "W3-10k/torch", "W4/one_by_one_cli", "W5/ours_conv",
+              "W6/ours_conv"}
 COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflops",
-           "roofline_gflops", "roofline_frac", "peak_rss_mb", "vs", "note"]
+           "roofline_gflops", "roofline_frac", "peak_rss_mb", "compile_s", "vs", "note"]
 
 
 def _notes(rows: dict[str, dict]) -> None:
@@ -56,8 +62,8 @@ def _notes(rows: dict[str, dict]) -> None:
   def faster(r, base):
     return f"{r:.1f}x faster than {base}" if r >= 1 else f"{1 / r:.1f}x slower than {base}"
 
-  for w in ("W1", "W2"):
-    for base in ("torch", "loop"):
+  for w in ("W1", "W2", "W5", "W6"):
+    for base in ("torch", "loop", "ours_conv"):
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
@@ -87,6 +93,8 @@ def _notes(rows: dict[str, dict]) -> None:
     notes = []
     if "client_chunk" in row:
       notes.append(f"client_chunk={row['client_chunk']}")
+    if "conv_impl" in row:
+      notes.append(f"conv_impl={row['conv_impl']}")
     if "total_s" in row:
       notes.append(f"total {row['total_s']:.1f} s")
     if row.get("error"):

@@ -126,3 +126,77 @@ def update_clipped_round(model, xs, ys, lr: float, clip: float, central_noise: f
     return time.perf_counter() - start
 
   return one_round
+
+
+def cnn_adpfl_mnist(classes: int = 10):
+  """The A-DPFL CNN as reconstructed (TF "Deep MNIST": SAME convs, SAME pools), NCHW."""
+  torch = _torch()
+  nn = torch.nn
+  return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+                       nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True),
+                       nn.Flatten(), nn.Linear(7 * 7 * 64, 1024), nn.ReLU(),
+                       nn.Linear(1024, classes))
+
+
+def cnn_fu_femnist(classes: int = 62):
+  """Fu et al.'s FEMNIST CNN, NCHW."""
+  torch = _torch()
+  nn = torch.nn
+  return nn.Sequential(nn.Conv2d(1, 32, 7, padding=3), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Flatten(), nn.Linear(7 * 7 * 64, classes))
+
+
+def dp_sgd_round(model, xs, ys, lr: float, clip: float, local_steps: int, batch_size: int = 0,
+                 step_noise: float = 0.0, upload_noise: float = 0.0,
+                 seed: int = 0) -> Callable[[], float]:
+  """Per client ``local_steps`` steps of per-example clipped SGD (``torch.func``
+  ``vmap(grad)``) on minibatches of ``batch_size`` (0 = full batch), Gaussian noise
+  of std ``step_noise`` on each step's clipped sum (A-DPFL, DP-SGD) and of std
+  ``upload_noise`` on the uploaded model (Wei, Fu); the server averages.
+  """
+  torch = _torch()
+  from torch.func import functional_call, grad, vmap
+
+  xs_t = [torch.from_numpy(np.ascontiguousarray(x)) for x in xs]
+  ys_t = [torch.from_numpy(np.asarray(y, np.int64)) for y in ys]
+  global_params = {k: v.detach() for k, v in model.named_parameters()}
+  gen = torch.Generator().manual_seed(seed)
+
+  def loss_one(p, x, y):
+    logits = functional_call(model, p, (x[None],))
+    return torch.nn.functional.cross_entropy(logits, y[None])
+
+  per_sample = vmap(grad(loss_one), in_dims=(None, 0, 0))
+
+  def one_round() -> float:
+    start = time.perf_counter()
+    total = {k: torch.zeros_like(v) for k, v in global_params.items()}
+    k = len(xs_t)
+    with torch.no_grad():
+      for x, y in zip(xs_t, ys_t):
+        params = dict(global_params)
+        n = x.shape[0]
+        for _ in range(local_steps):
+          if batch_size:
+            sel = torch.randperm(n, generator=gen)[:batch_size]
+            xb, yb = x[sel], y[sel]
+          else:
+            xb, yb = x, y
+          g = per_sample(params, xb, yb)
+          norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
+          factor = torch.clamp(clip / (norms + 1e-12), max=1.0)
+          new = {}
+          for name, p in params.items():
+            gsum = torch.einsum("n,n...->...", factor, g[name])
+            if step_noise:
+              gsum = gsum + step_noise * torch.randn(p.shape, generator=gen)
+            new[name] = p - lr * gsum / xb.shape[0]
+          params = new
+        for name, p in params.items():
+          if upload_noise:
+            p = p + upload_noise * torch.randn(p.shape, generator=gen)
+          total[name] += p / k
+    return time.perf_counter() - start
+
+  return one_round

@@ -87,6 +87,8 @@ def base_config() -> ConfigDict:
   # memory and, on CPU, the cache (engine.client_chunk_for_memory): the fast path
   # the benchmarks measure (W1, W7).
   c.server.client_chunk = -1
+  # CNNs: 'auto' (im2col on CPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
+  c.server.conv_impl = "auto"
 
   c.privacy = ConfigDict()
   c.privacy.epsilon = 4.0          # per-client target; inf disables noise
@@ -259,6 +261,9 @@ def validate(cfg: ConfigDict) -> None:
                       f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.privacy.noise_stream) < 0:
     raise ConfigError(f"privacy.noise_stream must be >= 0, got {cfg.privacy.noise_stream}")
+  if cfg.server.get("conv_impl", "auto") not in ("auto", "conv", "im2col"):
+    raise ConfigError(f"server.conv_impl: unknown {cfg.server.conv_impl!r}; "
+                      "known: ['auto', 'conv', 'im2col']")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if "checkpoint" in cfg and int(cfg.checkpoint.every) < 0:

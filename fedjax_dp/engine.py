@@ -43,12 +43,14 @@ from fedjax_dp import client as client_lib
 from fedjax_dp import one_step, sharding
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.models import layers, zoo
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import mechanisms
 
 PyTree = Any
 SELECTIONS = selection_lib.SELECTIONS
 AGGREGATIONS = ("normalized", "unnormalized", "fixed")
+CONV_IMPLS = ("auto",) + layers.CONV_IMPLS
 SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side noise
 AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
@@ -126,13 +128,20 @@ class RoundConfig:
       d random numbers instead of K d: the draw dominates a round of a small model
       on a CPU. Individual noisy uploads are then never materialised, and the
       random stream differs from per-client sampling.
-    fuse_one_step: when local training is one full-batch step of an all-Dense
-      model (:func:`fedjax_dp.one_step.fusable`), train each block of clients as ONE
+    fuse_one_step: when local training is one full-batch step of a model of Dense
+      and Conv layers (:func:`fedjax_dp.one_step.fusable`), train each block of clients as ONE
       weighted batch (:mod:`fedjax_dp.one_step`): per-client work shrinks to norms,
       and the weighted sum of the uploads is one matmul per layer. Same result up to
       float summation order; ``False`` forces the per-client path.
     expected_fraction: ``aggregation='fixed'`` only: the expected share of all
       examples selected in a round (q, or K/U).
+    conv_impl: how a CNN's convolutions compute in the round
+      (:class:`fedjax_dp.models.layers.Conv`): ``'conv'`` (XLA convolutions),
+      ``'im2col'`` (unfolded input and a matmul) or ``'auto'`` (:func:`conv_impl_for`:
+      im2col on CPU, conv elsewhere). Vmapped over clients whose weights differ, a
+      convolution becomes a grouped convolution, which XLA:CPU runs slowly; im2col
+      turns it into a batched matmul (docs/scaling.md has the measurements). Same
+      result up to float summation order; models without convolutions ignore it.
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
@@ -141,6 +150,7 @@ class RoundConfig:
   aggregate_upload_noise: bool = False
   fuse_one_step: bool = True
   expected_fraction: float = 1.0
+  conv_impl: str = "auto"
 
   def __post_init__(self):
     if not 0.0 < self.expected_fraction <= 1.0:
@@ -149,6 +159,8 @@ class RoundConfig:
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
+    if self.conv_impl not in CONV_IMPLS:
+      raise ValueError(f"server.conv_impl: unknown {self.conv_impl!r}; known: {CONV_IMPLS}")
     if self.client_chunk < 0:
       raise ValueError(f"server.client_chunk must be >= 0 (0 = all clients at once) once "
                        f"resolved, got {self.client_chunk}")
@@ -245,6 +257,15 @@ def _one(f):
   return f
 
 
+def conv_impl_for(cfg: RoundConfig, backend: str | None = None) -> str:
+  """The convolution implementation a round uses: ``cfg.conv_impl`` unless ``'auto'``,
+  then ``'im2col'`` on CPU (XLA:CPU runs the grouped convolutions of vmapped clients
+  and convolution weight gradients slowly; docs/scaling.md) and ``'conv'`` elsewhere."""
+  if cfg.conv_impl != "auto":
+    return cfg.conv_impl
+  return "im2col" if (backend or jax.default_backend()) == "cpu" else "conv"
+
+
 def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
            args: RoundArgs, active: jax.Array, lanes) -> tuple[PyTree, RoundMetrics]:
   """The round, for one point or for L points that share a cohort.
@@ -256,6 +277,7 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   the lane axis, so XLA reads each client's examples once for all L points (one
   matmul with L points' weights side by side) instead of once per point.
   """
+  model = zoo.with_conv_impl(model, conv_impl_for(cfg))
   cohort = args if lanes is _one else jax.tree_util.tree_map(lambda a: a[0], args)
   k = cohort.idx.shape[0]
   stacked = data.counts.ndim == 2
@@ -667,7 +689,7 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
                                ((shapes.x, example_dims), (shapes.y, 1), (shapes.mask, 1))))
   lane_bytes = max(cohorts, 1) * max(shared + max(lanes, 1) * (per_client - shared), 1.0)
   chunk = int(fraction * memory_bytes // lane_bytes)
-  if cache_bytes is None and jax.default_backend() == "cpu" and model.ghost:
+  if cache_bytes is None and jax.default_backend() == "cpu" and not model.conv:
     # Only for all-dense models: XLA (CPU) runs convolution weight gradients inside
     # loops (the chunk scan) on a path ~15x slower than outside, so small chunks
     # cost CNNs far more than cache misses do.

@@ -128,7 +128,8 @@ def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
     fraction = selection_probability(cfg)
   return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
                             aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
-                            expected_fraction=fraction)
+                            expected_fraction=fraction,
+                            conv_impl=cfg.server.get("conv_impl", "auto"))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:

@@ -9,7 +9,7 @@ its (per-example clipped) gradients, and the server's weighted sum of the upload
 
 (``s_k`` the update-clipping factor, 1 without update clipping). The second term is
 the gradient of ONE weighted loss over all the block's examples, so for models made
-of ghost :class:`fedjax_dp.models.layers.Dense` layers it is one matmul per layer
+of ghost :class:`fedjax_dp.models.layers.Dense` (and ``Conv``) layers it is one matmul per layer
 over the whole block (book-keeping, Bu et al. 2023) instead of K per-client
 gradients and K model copies. What stays per client:
 
@@ -50,7 +50,7 @@ FUSABLE_CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "update_l2")
 def fusable(model: Model, cfg: client_lib.ClientConfig) -> bool:
   """Whether :func:`block_sum` computes this local training exactly.
 
-  Needs one full-batch step of an all-ghost-Dense model, no per-step noise, no
+  Needs one full-batch step of an all-ghost model (Dense / Conv layers), no per-step noise, no
   parameter projection, and no L2 regulariser together with update clipping (its
   cross term would need ``<G_k, w>`` per client).
   """
@@ -165,10 +165,13 @@ def _update_clipped_sum(cfg, params, layers, flat_params, mask, keys, hp, weight
   sq = jnp.zeros((b,))
   explicit = {}
   for prefix, (a, g) in layers.items():
-    a3, g3 = a.reshape(b, n, -1), g.reshape(b, n, -1)
+    # A convolution's client gradient sums over examples and output positions alike.
+    a3, g3 = a.reshape(b, -1, a.shape[-1]), g.reshape(b, -1, g.shape[-1])
     has_bias = prefix + ("bias",) in flat_params
-    d, o = a3.shape[2], g3.shape[2]
-    if n * (d + o) <= 2 * d * o:
+    m, d, o = a3.shape[1], a3.shape[2], g3.shape[2]
+    # Convolutions (im2col inputs ``[b n, P, k]``) keep the weighted-gradient path,
+    # whose kernel comes out in the layer's own shape.
+    if a.ndim > 2 or m * (d + o) <= 2 * d * o:
       sq = sq + _group_sq_norms(a3, g3, has_bias)
       continue
     # [B, d, o] client gradients, formed as ``(B_k^T A_k)^T`` like jax.grad forms a

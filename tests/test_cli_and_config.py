@@ -70,6 +70,7 @@ def test_override_errors(assignment, match):
     ({"client.clip_mode": "per_layer"}, "clip_mode"),
     ({"schedule.name": "cosine"}, "schedule.name"),
     ({"privacy.formula": "magic"}, "privacy.formula"),
+    ({"server.conv_impl": "winograd"}, "server.conv_impl"),
     ({"data.name": "mnist", "data.dir": "/nonexistent_dir"}, "train-images"),
 ])
 def test_bad_input_fails_before_compute_with_named_field(sets, match):

@@ -96,7 +96,7 @@ def _param_modules(params):
 
 
 def _ghost_dense_modules(model, params):
-  """Paths of the modules that sow ``ghost_in``, i.e. the ``layers.Dense`` instances."""
+  """Paths of the modules that sow ``ghost_in``: ``layers.Dense`` and ``layers.Conv``."""
   x = jnp.zeros((2, *model.input_shape))
   # Only the structure matters, so trace without running.
   _, state = jax.eval_shape(
@@ -112,7 +112,7 @@ def test_ghost_flag_matches_dense_only_params(name):
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
   modules, leaves = _param_modules(params)
   dense = _ghost_dense_modules(model, params)
-  # Every Dense layer owns params, and ghost is True exactly when nothing else does.
+  # Every ghost layer owns params, and ghost is True exactly when nothing else does.
   assert dense <= modules and dense
   assert model.ghost == (modules == dense)
   if model.ghost:
@@ -121,9 +121,11 @@ def test_ghost_flag_matches_dense_only_params(name):
       assert set(params[module[0]]) <= {"kernel", "bias"}
 
 
-def test_mlps_are_ghost_and_cnns_are_not():
+def test_every_model_is_ghost_and_cnns_are_marked_conv():
   for name in MODELS:
-    assert _paper_model(name).ghost == (name in MLPS or name == "linear_regression"), name
+    model = _paper_model(name)
+    assert model.ghost, name
+    assert model.conv == (name not in MLPS and name != "linear_regression"), name
 
 
 @pytest.mark.parametrize("name", sorted(MIN_SIDE))
@@ -157,7 +159,7 @@ def test_cnn_rejects_flat_input_shape():
 
 
 def test_cnn_per_example_gradients():
-  # CNNs are not ghost-clippable, so per-example gradients come from vmap(grad).
+  # Materialised per-example gradients (the reference of the ghost-norm tests).
   model = get_model("cnn_yuan", (16, 16, 1), 10)
   params = _np_params(model)
   x = jax.random.normal(jax.random.PRNGKey(1), (4, 16, 16, 1))

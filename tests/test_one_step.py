@@ -54,6 +54,8 @@ CASES = [
     ("logistic", client_lib.ClientConfig(1, 0, "per_example_l1", "upload", "laplace"), False),
     ("linear_svm", client_lib.ClientConfig(1, 0, "per_example_l2", "upload", l2_reg=0.1), True),
     ("linear_svm", client_lib.ClientConfig(1, 0, "none", "none", l2_reg=0.1), False),
+    # CNNs: ghost Conv layers fuse too (rows = every example's output positions).
+    ("cnn_wei_cifar10", client_lib.ClientConfig(1, 0, "update_l2", "upload"), False),
 ]
 
 
@@ -110,11 +112,6 @@ def test_not_fusable(ccfg):
   assert not one_step.fusable(model, ccfg)
   with pytest.raises(ValueError, match="does not apply"):
     one_step.block_sum(model, ccfg, None, None, None, jnp.ones((2, 3)), None, None, None)
-
-
-def test_cnn_is_not_fusable():
-  model = get_model("cnn_pfl_cifar10", (32, 32, 3), 10)
-  assert not one_step.fusable(model, client_lib.ClientConfig(1, 0, "update_l2", "central"))
 
 
 @pytest.mark.parametrize("chunk", [1, 4])  # one client per block (a plain dot), or several

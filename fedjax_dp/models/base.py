@@ -61,8 +61,11 @@ class Model:
     input_shape: shape of one example, e.g. ``(28, 28, 1)``.
     num_classes: number of output classes (1 for a regressor).
     loss_name: ``'cross_entropy'``, ``'hinge'`` or ``'mse'`` (regression).
-    ghost: True when every parameter belongs to a :class:`fedjax_dp.models.layers.Dense`,
-      so per-example clipping can use ghost norms instead of per-example gradients.
+    ghost: True when every parameter belongs to a :class:`fedjax_dp.models.layers.Dense`
+      or :class:`fedjax_dp.models.layers.Conv`, so per-example clipping can use ghost
+      norms instead of per-example gradients.
+    conv: True when the model has convolutions (the engine picks its CNN round
+      implementation by it, see ``RoundConfig.conv_impl`` in :mod:`fedjax_dp.engine`).
   """
 
   name: str
@@ -71,6 +74,7 @@ class Model:
   num_classes: int
   loss_name: str = "cross_entropy"
   ghost: bool = False
+  conv: bool = False
 
   @property
   def is_regression(self) -> bool:

@@ -6,14 +6,14 @@ flatten any input; parameter counts in their comments are for MNIST-shaped input
 ``[n, H, W]`` for grayscale) and state their counts for the input shape of their
 paper.
 
-Models built only from :class:`fedjax_dp.models.layers.Dense` have ``ghost=True``.
-The CNNs use ``flax.linen.Conv`` for convolutions, so they have ``ghost=False``;
-their dense layers are still ``layers.Dense`` so that a later clipping rule can
-ghost-clip that part of the network.
+Every model is built from :class:`fedjax_dp.models.layers.Dense` and
+:class:`fedjax_dp.models.layers.Conv` layers, so all have ``ghost=True``:
+per-example clipping uses ghost norms, never per-example gradients of the model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Union
@@ -21,7 +21,7 @@ from typing import NamedTuple, Union
 import flax.linen as nn
 
 from fedjax_dp.models.base import Model
-from fedjax_dp.models.layers import Dense, flatten
+from fedjax_dp.models.layers import Conv, Dense, flatten
 
 ACTIVATIONS: dict[str, Callable] = {"relu": nn.relu, "linear": lambda x: x, "tanh": nn.tanh}
 
@@ -141,8 +141,9 @@ class ConvNet(nn.Module):
   """``[conv -> ReLU -> max-pool]* -> flatten -> [Dense -> ReLU]* -> Dense``.
 
   Input ``[n, H, W, C]`` (NHWC) or ``[n, H, W]`` (one channel); output logits
-  ``[n, num_classes]``. Convolutions are ``flax.linen.Conv`` (kernel
-  ``[k, k, C_in, C_out]`` plus bias); dense layers are ghost-clippable
+  ``[n, num_classes]``. Convolutions are ghost-clippable
+  :class:`~fedjax_dp.models.layers.Conv` (kernel ``[k, k, C_in, C_out]`` plus bias,
+  as ``flax.linen.Conv``); dense layers are ghost-clippable
   :class:`~fedjax_dp.models.layers.Dense`. No dropout or normalisation: the
   ``Model`` interface is a pure deterministic ``apply``, and batch statistics
   would mix examples, which per-example clipping forbids.
@@ -153,6 +154,8 @@ class ConvNet(nn.Module):
     num_classes: output width.
     pool_padding: ``'VALID'`` (PyTorch floor) or ``'SAME'`` (TensorFlow ceil) pooling.
     kernel_init: initialiser of every conv and dense kernel (biases start at 0).
+    conv_impl: how the convolutions compute (:class:`~fedjax_dp.models.layers.Conv`
+      ``impl``); the same function and parameters either way.
   """
 
   convs: Sequence[ConvSpec]
@@ -160,6 +163,7 @@ class ConvNet(nn.Module):
   num_classes: int
   pool_padding: str = "VALID"
   kernel_init: nn.initializers.Initializer = TORCH_KERNEL_INIT
+  conv_impl: str = "conv"
 
   @nn.compact
   def __call__(self, x):
@@ -172,8 +176,8 @@ class ConvNet(nn.Module):
     feature_hw(x.shape[1:3], self.convs, self.pool_padding, what="ConvNet")
     for spec in self.convs:
       pad = spec.padding if isinstance(spec.padding, str) else [(spec.padding, spec.padding)] * 2
-      x = nn.Conv(spec.features, (spec.kernel, spec.kernel), padding=pad,
-                  kernel_init=self.kernel_init)(x)
+      x = Conv(spec.features, (spec.kernel, spec.kernel), padding=pad,
+               kernel_init=self.kernel_init, impl=self.conv_impl)(x)
       x = nn.relu(x)
       if spec.pool > 1:
         window = (spec.pool, spec.pool)
@@ -193,7 +197,18 @@ def _build_cnn(name, input_shape, num_classes, convs, hidden=(), pool_padding="V
   convs = tuple(ConvSpec(*c) for c in convs)
   feature_hw(input_shape[:2], convs, pool_padding, what=name)  # fail early, clearly
   module = ConvNet(convs, tuple(hidden), num_classes, pool_padding, kernel_init)
-  return Model(name, module, input_shape, num_classes, "cross_entropy", ghost=False)
+  return Model(name, module, input_shape, num_classes, "cross_entropy", ghost=True, conv=True)
+
+
+def with_conv_impl(model: Model, impl: str) -> Model:
+  """``model`` with its convolutions computed by ``impl`` (``'conv'`` or ``'im2col'``).
+
+  The same function of the same parameters; models without convolutions are
+  returned unchanged.
+  """
+  if not model.conv or getattr(model.module, "conv_impl", impl) == impl:
+    return model
+  return dataclasses.replace(model, module=model.module.clone(conv_impl=impl))
 
 
 def cnn_wei_cifar10(input_shape: Sequence[int], num_classes: int) -> Model:
@@ -216,7 +231,7 @@ def cnn_wei_cifar10(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes.
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_wei_cifar10", input_shape, num_classes, [(32, 5, 4, 2)])
 
@@ -237,7 +252,7 @@ def cnn_fu_femnist(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes (62 for FEMNIST).
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_fu_femnist", input_shape, num_classes,
                     [(32, 7, 3, 2), (64, 3, 1, 2)])
@@ -265,7 +280,7 @@ def cnn_adpfl_mnist(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes.
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_adpfl_mnist", input_shape, num_classes,
                     [(32, 5, "SAME", 2), (64, 5, "SAME", 2)], hidden=(1024,),
@@ -288,7 +303,7 @@ def cnn_adpfl_literal(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes.
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_adpfl_literal", input_shape, num_classes,
                     [(32, 5, "SAME", 2)], hidden=(1024,),
@@ -317,7 +332,7 @@ def cnn_yuan(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes.
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_yuan", input_shape, num_classes,
                     [(6, 5, "VALID", 2), (16, 5, "VALID", 2)], hidden=(120, 84))
@@ -345,7 +360,7 @@ def cnn_pfl_cifar10(input_shape: Sequence[int], num_classes: int) -> Model:
     num_classes: number of classes.
 
   Returns:
-    The :class:`Model` (cross-entropy, ``ghost=False``).
+    The :class:`Model` (cross-entropy, ``ghost=True``).
   """
   return _build_cnn("cnn_pfl_cifar10", input_shape, num_classes,
                     [(32, 3, "VALID", 1), (64, 3, "VALID", 2)], hidden=(128,),
@@ -385,7 +400,7 @@ MODELS: dict[str, Callable[[tuple, int], Model]] = {
     "mlp_784_256_10": _mlp("mlp_784_256_10", (256,)),
     # Yuan et al.: 784-32-10 with linear activation. 25,450 params on MNIST.
     "mlp_784_32_10_linear": _mlp("mlp_784_32_10_linear", (32,), activation="linear"),
-    # CNNs (ghost=False); counts for each paper's input shape, see the docstrings.
+    # CNNs (ghost Conv + Dense layers); counts for each paper's input shape, see the docstrings.
     # Wei et al. CIFAR-10, one conv (architecture assumed). 106,122 params.
     "cnn_wei_cifar10": cnn_wei_cifar10,
     # Fu et al. FEMNIST, 62 classes, as printed. 214,590 params.

@@ -5,10 +5,12 @@ Written for ONE client; callers add the client axis with ``jax.vmap``.
 Per-example clipping (Wei et al. Alg. 1 lines 7-8; Fu et al. L1 for Laplace) never
 materialises ``[n, num_params]`` per-example gradients:
 
-* models whose parameters all live in :class:`fedjax_dp.models.layers.Dense` layers
-  use ghost norms + book-keeping (see that module): one forward, one backward to the
-  layer outputs, and one matmul per layer -- about the cost of a non-private step;
-* other models (CNNs) compute per-example gradients with ``vmap`` over chunks of
+* models whose parameters all live in :class:`fedjax_dp.models.layers.Dense` and
+  :class:`fedjax_dp.models.layers.Conv` layers (every model of the zoo) use ghost
+  norms + book-keeping (see that module): one forward, one backward to the layer
+  outputs, per-layer norms, and one matmul per layer for the clipped sum -- about
+  the cost of a non-private step;
+* other models compute per-example gradients with ``vmap`` over chunks of
   ``chunk_size`` examples inside a ``lax.scan``, so memory is bounded by the chunk.
 """
 
@@ -59,7 +61,7 @@ def clip_by_norm(tree: PyTree, clip: jax.Array, ord: int = 2) -> tuple[PyTree, j
 
 
 def ghost_layers(model: Model, params, x, y, weights):
-  """One forward and one backward pass to every ghost :class:`Dense` layer's output.
+  """One forward and one backward pass to every ghost layer's output.
 
   Args:
     model: a model with ``model.ghost`` true.
@@ -72,8 +74,11 @@ def ghost_layers(model: Model, params, x, y, weights):
     ``(layers, losses, flat_params)``: ``layers`` maps a layer's path to ``(a, g)``,
     its inputs ``a [n, d_in]`` and the gradients ``g [n, d_out]`` of
     ``sum_i weights_i loss_i`` w.r.t. its outputs, so example i's kernel gradient is
-    ``a_i g_i^T`` and its bias gradient ``g_i``; ``losses [n]`` are the unweighted
-    per-example losses; ``flat_params`` is the flattened parameter dict.
+    ``a_i g_i^T`` and its bias gradient ``g_i``; for a :class:`Conv` layer ``a`` is
+    the unfolded input ``[n, H', W', d_in]`` and ``g`` is ``[n, H', W', d_out]``, so
+    example i's (flattened) kernel gradient is ``sum_t a_it g_it^T`` over output
+    positions t and its bias gradient ``sum_t g_it``; ``losses [n]`` are the
+    unweighted per-example losses; ``flat_params`` is the flattened parameter dict.
 
   Raises:
     ValueError: when a parameter is not in a ghost layer.
@@ -107,16 +112,21 @@ def ghost_layers(model: Model, params, x, y, weights):
   if missing:
     raise ValueError(
         f"model {model.name!r} is marked ghost=True but parameters {sorted(missing)} are "
-        "not in ghost Dense layers")
+        "not in ghost Dense or Conv layers")
   return layers, losses, flat_params
+
+
+def _positions(a: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """``(a [n, T, d_in], g [n, T, d_out])``: T output positions (1 for a dense layer)."""
+  return a.reshape(a.shape[0], -1, a.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
 
 
 def ghost_weighted_grad(layers, flat_params, scale):
   """``sum_i scale_i * grad_i`` from :func:`ghost_layers`' output: one matmul per layer.
 
   Args:
-    layers: ``{path: (a [n, d_in], g [n, d_out])}``.
-    flat_params: the flattened parameter dict (which layers have a bias).
+    layers: ``{path: (a [n, ..., d_in], g [n, ..., d_out])}``.
+    flat_params: the flattened parameter dict (which layers have a bias, kernel shapes).
     scale: ``[n]`` per-example factors.
 
   Returns:
@@ -124,35 +134,86 @@ def ghost_weighted_grad(layers, flat_params, scale):
   """
   grads = {}
   for prefix, (a, g) in layers.items():
-    cg = g * scale[:, None]
-    grads[prefix + ("kernel",)] = a.T @ cg
+    a, g = _positions(a, g)
+    cg = g * scale[:, None, None]
+    # One matmul over all examples and positions: [d_in, n T] x [n T, d_out].
+    t = a.shape[1]
+    kernel = (a[:, 0].T @ cg[:, 0] if t == 1
+              else a.reshape(-1, a.shape[-1]).T @ cg.reshape(-1, cg.shape[-1]))
+    # A Conv kernel [kh, kw, C_in, C_out] in its unfold order is a plain reshape.
+    grads[prefix + ("kernel",)] = kernel.reshape(flat_params[prefix + ("kernel",)].shape)
     if prefix + ("bias",) in flat_params:
-      grads[prefix + ("bias",)] = jnp.sum(cg, 0)
+      grads[prefix + ("bias",)] = jnp.sum(cg, (0, 1))
   return flax.traverse_util.unflatten_dict(grads)
+
+
+def layer_norm_parts(a: jax.Array, g: jax.Array, has_bias: bool, ord: int = 2) -> jax.Array:
+  """One layer's share of each example's gradient norm: ``[n]``.
+
+  The squared L2 norm (``ord=2``) or the L1 norm (``ord=1``) of example i's kernel
+  gradient ``sum_t a_it g_it^T`` plus, with a bias, of its bias gradient
+  ``sum_t g_it``; a layer's parts add up over layers to the whole model's (squared)
+  norm, since the layers' parameters are disjoint.
+
+  * One position (dense): ``||a_i||^2 ||g_i||^2`` and ``||a_i||_1 ||g_i||_1`` exactly.
+  * T positions (convolution), L2: ``sum((A_i A_i^T) * (G_i G_i^T))`` by Gram matrices
+    when ``T (d_in + d_out) <= d_in d_out``, else the squared entries of the layer's
+    per-example gradient ``A_i^T G_i`` (``d_in d_out`` numbers per example, one layer
+    at a time); both are exact, the rule only picks the cheaper one.
+  * T positions, L1: no factorisation exists, so from ``A_i^T G_i``.
+
+  Privacy: these are the exact per-example norms (identities, not bounds), so
+  scaling example i by ``clip_factor(norm_i, C)`` bounds its clipped gradient by C
+  up to float rounding, and adding or removing one example moves the clipped sum by
+  at most C -- the sensitivity the accountants assume for per-example clipping,
+  whatever the layers (``tests/test_conv_ghost.py`` checks the bound against
+  materialised per-example gradients).
+
+  Args:
+    a: ``[n, ..., d_in]`` layer inputs (unfolded for a convolution).
+    g: ``[n, ..., d_out]`` gradients w.r.t. the layer outputs.
+    has_bias: add the bias gradient's part.
+    ord: 2 or 1.
+
+  Returns:
+    ``[n]`` squared L2 norms (ord 2) or L1 norms (ord 1).
+  """
+  a, g = _positions(a, g)
+  t, d, o = a.shape[1], a.shape[2], g.shape[2]
+  if t == 1:
+    a, g = a[:, 0], g[:, 0]
+    if ord == 1:
+      kernel = jnp.sum(jnp.abs(a), -1) * jnp.sum(jnp.abs(g), -1)
+    else:
+      kernel = jnp.sum(a * a, -1) * jnp.sum(g * g, -1)
+    bias_grad = g
+  else:
+    if ord == 2 and t * (d + o) <= d * o:
+      kernel = jnp.sum(jnp.einsum("ntd,nsd->nts", a, a) * jnp.einsum("nto,nso->nts", g, g),
+                       (1, 2))
+    else:
+      per_example = jnp.einsum("ntd,nto->ndo", a, g)
+      kernel = (jnp.sum(jnp.abs(per_example), (1, 2)) if ord == 1
+                else jnp.sum(jnp.square(per_example), (1, 2)))
+    bias_grad = jnp.sum(g, 1)
+  if has_bias:
+    kernel = kernel + (jnp.sum(jnp.abs(bias_grad), -1) if ord == 1
+                       else jnp.sum(jnp.square(bias_grad), -1))
+  return kernel
 
 
 def ghost_norms(layers, flat_params, ord: int = 2) -> jax.Array:
   """Per-example gradient norms ``[n]`` from :func:`ghost_layers`' output.
 
-  ``||a_i g_i^T||_F = ||a_i|| ||g_i||`` (L2) and ``||a_i||_1 ||g_i||_1`` (L1), plus the
-  bias gradient ``g_i`` where the layer has one.
+  The sum over layers of :func:`layer_norm_parts` (then a square root for L2).
   """
-  def norm_part(a, g):
-    if ord == 1:
-      return jnp.sum(jnp.abs(a), -1) * jnp.sum(jnp.abs(g), -1), jnp.sum(jnp.abs(g), -1)
-    return jnp.sum(a * a, -1) * jnp.sum(g * g, -1), jnp.sum(g * g, -1)
-
-  total = 0.0
-  for prefix, (a, g) in layers.items():
-    kernel_part, bias_part = norm_part(a, g)
-    total = total + kernel_part
-    if prefix + ("bias",) in flat_params:
-      total = total + bias_part
+  total = sum(layer_norm_parts(a, g, prefix + ("bias",) in flat_params, ord)
+              for prefix, (a, g) in layers.items())
   return total if ord == 1 else jnp.sqrt(total)
 
 
 def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
-  """Ghost-norm per-example clipping for all-:class:`Dense` models.
+  """Ghost-norm per-example clipping for models of ghost :class:`Dense` / :class:`Conv` layers.
 
   Args:
     model: a model with ``model.ghost`` true.
