@@ -30,7 +30,7 @@ def _args(noise, steps, lanes=None):
       lr=scale[:, None] * args.lr, clip=scale * args.clip, noise=scale[:, None] * args.noise,
       central_noise=scale * args.central_noise, server_lr=jnp.ones(lanes),
       round=jnp.full(lanes, 3, jnp.int32), seed=jnp.full(lanes, 11, jnp.uint32),
-      data_id=jnp.zeros(lanes, jnp.int32))
+      data_id=jnp.zeros(lanes, jnp.int32), stream=jnp.zeros(lanes, jnp.int32))
 
 
 def _reference_round(model, ccfg, params, data, args):
