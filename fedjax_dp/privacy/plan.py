@@ -21,6 +21,8 @@ step          per_example_*          2 C per step (summed clipped    E-fold comp
                                      gradient, replace-one)          the rule's event
 central       update_l2              2 C max_i p_i (replace-one      client-level, the
                                      client in the weighted mean)    rule's event
+upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-level, the
+                                     client; Fu et al.)              rule's event
 ============  =====================  ==============================  =====================
 
 ``b_i`` is the batch size (|D_i| for full batch) and ``eta_s`` the learning rate of
@@ -29,7 +31,8 @@ amplification (conservative). The selection rule's event comes from
 :mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
 charged per client for the rounds it took part in. Each sensitivity is proved in
 :func:`upload_sensitivity` and :func:`central_sensitivity` for the replace-one
-adjacency the accountant assumes; ``tests/test_sensitivity.py`` searches for
+adjacency the accountant assumes (and :func:`step_grad_sensitivity` for Fu et al.'s
+per-step gradient clipping); ``tests/test_sensitivity.py`` searches for
 neighbouring datasets that break them.
 
 The noise scale of a constant schedule and the epsilon a formula claims come from
@@ -93,6 +96,45 @@ def _wei_eq10_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
                                                    1.0)))
 
 
+def _fu_participations(plan: PrivacyPlan, rounds: int) -> int:
+  """``T_l``: the most rounds one client takes part in over ``rounds`` rounds
+  (round robin reshuffled every pass: ``ceil(T K / U)`` when K divides U)."""
+  return int(plan.rule.max_participations(plan.num_clients, plan.clients_per_round, plan.q,
+                                          rounds))
+
+
+def _fu_thm1_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Fu et al. Theorem 1: Laplace ``beta = T_l eta~ E zeta / eps`` (paper's Xi_1)."""
+  return formulas.fu_laplace_scale_thm1(eps, max(_fu_participations(plan, rounds), 1),
+                                        plan.formula_sensitivity)
+
+
+def _fu_thm2_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Fu et al. Theorem 2 with the spec's c_2 (A6: the zCDP calibration of T_l Gaussian
+  releases at q = 1, ``sigma = sqrt(T_l / (2 rho*))``); std ``sigma Xi_2`` (paper's Xi_2)."""
+  sigma = formulas.fu_sigma_zcdp(eps, plan.delta, max(_fu_participations(plan, rounds), 1))
+  return np.asarray(sigma) * plan.formula_sensitivity
+
+
+def _fu_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """The paper's epsilon after ``state.rounds`` rounds for the worst client, from its
+  participations so far ``t`` and the constant schedule's scale: Theorem 1 inverted
+  (``t Xi_1 / beta``, basic composition) or Theorem 2 inverted (zCDP, spec A6), with
+  the paper's sensitivity ``Xi = eta~ E zeta`` (half the replace-one one, spec A7)."""
+  if state.rounds == 0:
+    return 0.0
+  if np.any(np.isinf(state.rdp.rdp)):
+    return math.inf
+  t = _fu_participations(plan, state.rounds)
+  scale = plan.noise_scale(plan.rounds)
+  xi = plan.formula_sensitivity
+  if plan.formula == "fu_thm1":
+    eps = formulas.fu_epsilon_thm1(scale, t, xi)
+  else:
+    eps = formulas.fu_epsilon_zcdp(scale / xi, plan.delta, t)
+  return float(np.max(eps))
+
+
 def _multiplier_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
   return plan.noise_multiplier * plan.sensitivity
 
@@ -111,7 +153,12 @@ FORMULAS: dict[str, Formula] = {
     "calibrated": Formula(_calibrated_scale),
     "wei_eq10": Formula(_wei_eq10_scale, _wei_eq10_claimed),
     "noise_multiplier": Formula(_multiplier_scale),
+    "fu_thm1": Formula(_fu_thm1_scale, _fu_claimed),
+    "fu_thm2": Formula(_fu_thm2_scale, _fu_claimed),
 }
+# Fu et al.'s formulas: the mechanism each is written for (spec section 2.3).
+FU_FORMULAS = {"fu_thm1": "laplace", "fu_thm2": "gaussian"}
+STEP_GRAD_MODES = ("step_grad_l1", "step_grad_l2")
 DEFAULT_FORMULA = "calibrated"
 
 
@@ -135,6 +182,11 @@ class PrivacyPlan:
     num_clients: U.
     clients_per_round: K.
     rounds: the configured horizon T.
+    level: the privacy unit the release's sensitivity is proved for:
+      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
+      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
+    formula_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise with
+      when it differs from ``sensitivity`` (Fu et al.'s ``Xi = eta~ E zeta``), else None.
   """
 
   mechanism: str
@@ -150,6 +202,8 @@ class PrivacyPlan:
   num_clients: int
   clients_per_round: int
   rounds: int
+  level: str = "example"
+  formula_sensitivity: np.ndarray | None = None
 
   @property
   def target_epsilon(self) -> float:
@@ -184,7 +238,7 @@ class PrivacyPlan:
       # E noised steps inside one selection: the Gaussians' z^-2 add up, so the round is
       # one Gaussian with z / sqrt(E) (exact); Laplace: basic composition, z / E.
       z = z / (math.sqrt(self.steps) if self.mechanism == "gaussian" else self.steps)
-    level = "client" if self.placement == "central" else "example"
+    level = "client" if self.placement == "central" else self.level
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
                           "relation": "replace_one", "level": level}
     rule = self.rule
@@ -351,6 +405,33 @@ def upload_sensitivity(clip: float, lrs: np.ndarray, batch: np.ndarray) -> np.nd
   return 2.0 * clip * (lrs[0] / np.asarray(batch, np.float64) + np.sum(lrs[1:]))
 
 
+def step_grad_sensitivity(clip: float, lrs: np.ndarray, num_clients: int) -> np.ndarray:
+  """``[U]`` replace-one CLIENT-level sensitivity of the model a client uploads after E
+  local steps that each clip the step's mean gradient to norm C (``step_grad_l1`` /
+  ``step_grad_l2``; Fu et al. Alg. 1 with eq. (Clip)): ``Delta = 2 C sum_s eta_s``.
+
+  Proof (in the clip's norm; L1 for Laplace, L2 for Gaussian; an L1 bound is also an
+  L2 bound). Neighbours replace client i's whole dataset D_i by any D'_i (the unit is
+  the client). Step s is ``w_{s+1} = w_s - eta_s (g_s + kappa w_s)`` with
+  ``||g_s|| <= C`` whatever the data and the parameters (the clip rescales the
+  step's gradient into the ball of radius C), and the minibatch indices (if any)
+  come from a key that does not depend on the data. Both runs start at the
+  broadcast global model, so with ``|1 - eta_s kappa| <= 1`` (checked by
+  :func:`make_privacy_plan`) ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s||
+  + eta_s ||g_s - g'_s|| <= ||w_s - w'_s|| + 2 eta_s C``; summing over the E steps
+  gives the bound. With a constant rate it is ``2 eta E C``: twice the paper's
+  ``Xi = eta~ E zeta`` (Theorems 1/2), whose proof compares gradients at different
+  points and drops the factor 2 (spec ``fu_practicality.md`` section 6, A7); the
+  certified epsilon uses this corrected value.
+
+  Args:
+    clip: C (``zeta``).
+    lrs: ``[E]`` the local step sizes.
+    num_clients: U.
+  """
+  return np.full(num_clients, 2.0 * clip * float(np.sum(np.asarray(lrs, np.float64))))
+
+
 def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_name: str,
                         clients_per_round: int, q: float) -> float:
   """Replace-one (client level) sensitivity of the aggregate that the server noises.
@@ -414,21 +495,24 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
   q = selection_probability(cfg)
   batch = np.minimum(counts, cfg.client.batch_size) if cfg.client.batch_size else counts
   per_example = clip_mode in ("per_example_l2", "per_example_l1")
+  step_grad = clip_mode in STEP_GRAD_MODES
+  _check_fu(cfg, step_grad)
   if placement == "none":
     sens = np.ones(u)
   elif placement == "upload":
-    if per_example:
+    if per_example or step_grad:
       if steps > 1 and float(cfg.client.l2_reg) * float(np.max(lrs)) > 2.0:
         raise ValueError(
             "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
             "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
             "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
-      sens = upload_sensitivity(clip, lrs, batch)
+      sens = (step_grad_sensitivity(clip, lrs, u) if step_grad
+              else upload_sensitivity(clip, lrs, batch))
     elif clip_mode in ("param_l2", "update_l2"):
       sens = np.full(u, 2.0 * clip)
     else:
       raise ValueError("privacy.placement='upload' needs client.clip_mode in per_example_l2, "
-                       f"per_example_l1, param_l2 or update_l2 (got {clip_mode!r}): without "
+                       f"per_example_l1, param_l2, update_l2 or step_grad_* (got {clip_mode!r}): without "
                        "clipping the upload has no bounded sensitivity")
   elif placement == "step":
     if not per_example:
@@ -444,14 +528,53 @@ def make_privacy_plan(cfg, counts: np.ndarray) -> PrivacyPlan:
                                           int(cfg.server.clients_per_round), q))
   else:
     raise ValueError(f"privacy.placement: unknown {placement!r}")
-  if cfg.privacy.mechanism == "laplace" and clip_mode not in ("per_example_l1",) \
+  if cfg.privacy.mechanism == "laplace" and clip_mode not in ("per_example_l1",
+                                                              "step_grad_l1") \
       and placement != "none" and np.any(np.isfinite(eps)):
     raise ValueError("privacy.mechanism='laplace' needs L1 sensitivity: use "
-                     "client.clip_mode='per_example_l1'")
+                     "client.clip_mode='per_example_l1' or 'step_grad_l1'")
+  fu_xi = None
+  if cfg.privacy.formula in FU_FORMULAS:
+    fu_xi = np.full(u, float(formulas.fu_sensitivity(float(np.max(lrs)), steps, clip)))
   return PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
       epsilon=eps, delta=float(cfg.privacy.delta), q=q,
       selection=cfg.server.selection, sensitivity=sens,
       steps=steps if placement == "step" else 1,
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,
-      clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds))
+      clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
+      level="client" if step_grad and placement == "upload" else "example",
+      formula_sensitivity=fu_xi)
+
+
+def _check_fu(cfg, step_grad: bool) -> None:
+  """Refuses Fu et al.'s formulas outside the setting their bound is proved for.
+
+  ``fu_thm1``/``fu_thm2`` size the noise for ``T_l`` releases of the update of E
+  clipped full-gradient steps, each release noised once on upload, with a client
+  taking a known number of turns. Anything else (another clip mode or placement, a
+  random selection whose ``T_l`` is not fixed, the other mechanism) has no bound here.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  from fedjax_dp.config import ConfigError  # pylint: disable=import-outside-toplevel
+  formula = cfg.privacy.formula
+  if formula not in FU_FORMULAS:
+    return
+  if not step_grad:
+    raise ConfigError(f"privacy.formula={formula!r} needs client.clip_mode in "
+                      f"{STEP_GRAD_MODES} (got {cfg.client.clip_mode!r})")
+  if cfg.privacy.placement != "upload":
+    raise ConfigError(f"privacy.formula={formula!r} needs privacy.placement='upload' "
+                      f"(got {cfg.privacy.placement!r})")
+  if cfg.privacy.mechanism != FU_FORMULAS[formula]:
+    raise ConfigError(f"privacy.formula={formula!r} is written for privacy.mechanism="
+                      f"{FU_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
+  if not selection_lib.get_rule(cfg.server.selection).deterministic:
+    raise ConfigError(f"privacy.formula={formula!r} counts each client's T_l turns: "
+                      "server.selection must be deterministic ('round_robin'), got "
+                      f"{cfg.server.selection!r}")
+  if cfg.schedule.name != "constant":
+    raise ConfigError(f"privacy.formula={formula!r} fixes one noise scale for the run: "
+                      f"schedule.name must be 'constant' (got {cfg.schedule.name!r})")
