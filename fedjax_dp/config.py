@@ -89,7 +89,8 @@ def base_config() -> ConfigDict:
   c.privacy.placement = "upload"   # upload | step | central | none
   # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
   # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
-  # noise_multiplier (scale = z * sensitivity)
+  # noise_multiplier (scale = z * sensitivity) | fu_thm1 / fu_thm2 (Fu et al. Theorem 1
+  # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
   c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients

@@ -153,8 +153,8 @@ def test_corollaries_aggregated_noise_variance():
   p (sigma Xi)^2 / b (Gaussian; the paper's extra factor 2 is erratum E5)."""
   p, b, trials = 50, 5, 400
   keys = jax.random.split(jax.random.PRNGKey(0), trials * b).reshape(trials, b, 2)
-  for mech, scale, want in (("laplace", 0.7, 2 * p * 0.7**2 / b),
-                            ("gaussian", 0.7, p * 0.7**2 / b)):
+  scale = 0.7
+  for mech, want in (("laplace", 2 * p * scale**2 / b), ("gaussian", p * scale**2 / b)):
     draw = jax.vmap(jax.vmap(lambda k, m=mech: mechanisms.noise_like(k, jnp.zeros(p), scale, m)))
     w_b = np.asarray(jnp.mean(draw(keys), axis=1), np.float64)  # equal weights n_l / sum n
     got = np.mean(np.sum(w_b**2, axis=1))
