@@ -61,11 +61,15 @@ class AccountantState(NamedTuple):
     inv_var_sum: ``[U]`` sum over past rounds of ``(scale / Delta_i)^-2``, from which
       the paper formula's claimed epsilon follows (Wei eq. (25) budget view).
     rounds: rounds composed so far.
+    pure_eps: ``[U]`` basic composition of the pure epsilons of Laplace rounds with
+      deterministic participation (``inf`` once a client released without noise);
+      a second certified bound for Laplace runs (Fu et al. Theorem 1's accounting).
   """
 
   rdp: accounting.RdpState
   inv_var_sum: np.ndarray
   rounds: int
+  pure_eps: np.ndarray
 
 
 class Formula(NamedTuple):
@@ -263,7 +267,13 @@ class PrivacyPlan:
 
   def accountant_init(self) -> AccountantState:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
-                           np.zeros(self.num_clients), 0)
+                           np.zeros(self.num_clients), 0, np.zeros(self.num_clients))
+
+  @property
+  def pure_composition(self) -> bool:
+    """Whether each round is a pure-DP Laplace release charged to the clients that
+    took part (no sampling amplification), so basic composition certifies it."""
+    return self.mechanism == "laplace" and (self.rule.deterministic or self.q >= 1)
 
   def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
                    ) -> tuple[np.ndarray, float]:
@@ -317,24 +327,35 @@ class PrivacyPlan:
       z = np.full(self.num_clients, np.inf)
     exposed = np.isinf(z) & part
     rdp = state.rdp
+    pure = state.pure_eps
     if not np.all(np.isinf(z)):
-      rdp = accounting.rdp_compose(rdp, self.event(z, part))
+      event = self.event(z, part)
+      rdp = accounting.rdp_compose(rdp, event)
+      if self.pure_composition:  # the round is 1/z-DP for each client that took part
+        pure = pure + np.where(part, 1.0 / event.noise_multiplier, 0.0)
+    pure = np.where(exposed, np.inf, pure)
     if np.any(exposed):
       rdp = rdp._replace(rdp=np.where(exposed[:, None], np.inf, rdp.rdp))
     with np.errstate(divide="ignore"):
       inv = np.where(np.isinf(z), np.inf, 1.0 / np.square(z))
-    return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1)
+    return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1, pure)
 
   def certified_epsilons(self, state: AccountantState) -> np.ndarray:
     """``[U]`` each client's epsilon at ``delta`` by the RDP accountant (inf where a
-    client released without noise)."""
+    client released without noise); for Laplace rounds without sampling, the smaller
+    of that and the basic composition of the rounds' pure epsilons."""
     if state.rounds == 0:
       return np.zeros(self.num_clients)
     rdp = state.rdp.rdp
     bad = np.any(np.isinf(rdp), axis=-1)
     safe = state.rdp._replace(rdp=np.where(bad[:, None], 0.0, rdp))
     eps = np.asarray(accounting.rdp_epsilon(safe, self.delta), np.float64)
-    return np.where(bad, np.inf, eps)
+    eps = np.where(bad, np.inf, eps)
+    if self.pure_composition:
+      # Laplace: basic composition's (sum eps, 0) is also certified at delta; keep the
+      # smaller of the two bounds.
+      eps = np.minimum(eps, state.pure_eps)
+    return eps
 
   def certified_epsilon(self, state: AccountantState) -> float:
     """Worst client's epsilon at ``delta`` by the RDP accountant (inf if any client
