@@ -11,6 +11,9 @@ by :class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client)
   of radius C (Yuan et al. Alg. 1);
 * ``clip_mode='update_l2'`` -- clip the client's update ``w_local - w_global`` to L2
   norm C (DP-FedAvg, McMahan et al. 2018);
+* ``clip_mode='step_grad_l1'`` / ``'step_grad_l2'`` -- clip the client's mean (full-batch,
+  or minibatch) gradient to norm C at every local step, not per example (Fu et al.
+  Sec. VI-B, eq. (Clip): L1 as printed, for Laplace; L2 option for Gaussian);
 * ``noise_placement='step'`` adds noise of scale ``step_noise`` to each step's summed
   (clipped) gradient (A-DPFL; DP-SGD);
 * ``noise_placement='upload'`` adds noise of scale ``upload_noise`` to the model the
@@ -33,7 +36,8 @@ from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping, mechanisms
 
 PyTree = Any
-CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2")
+CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2",
+              "step_grad_l1", "step_grad_l2")
 UPLOAD_TAG = 1 << 20  # step keys use fold_in(key, s) with s < UPLOAD_TAG
 MAX_UNROLLED_STEPS = 8  # more local steps run as a loop (compile time grows with E)
 
@@ -99,8 +103,9 @@ class ClientOutput(NamedTuple):
   Attributes:
     params: the uploaded model (after update clipping and upload noise).
     loss: mean training loss of the global model on the client's first batch.
-    grad_norm: mean per-example gradient norm in the first step (0 unless clipping
-      per example); useful for choosing C (Wei spec section 10 item 3).
+    grad_norm: mean per-example gradient norm in the first step (with ``step_grad_*``:
+      the norm of the step's mean gradient; 0 otherwise); useful for choosing C (Wei
+      spec section 10 item 3).
   """
 
   params: PyTree
@@ -162,6 +167,12 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
         return jnp.sum(losses * wb), losses
       gsum, losses = jax.grad(weighted, has_aux=True)(params)
       mean_norm = jnp.zeros(())
+      if cfg.clip_mode in ("step_grad_l1", "step_grad_l2"):
+        # Fu et al. (Clip): the step's mean gradient g <- g min(1, C / ||g||); clipping the
+        # sum to C |batch| is the same rescaling (the norm is homogeneous).
+        gsum, gnorm = clipping.clip_by_norm(
+            gsum, hp.clip * denom, ord=1 if cfg.clip_mode == "step_grad_l1" else 2)
+        mean_norm = gnorm / denom
     if cfg.noise_placement == "step":
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
                                   cfg.mechanism)

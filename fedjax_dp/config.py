@@ -99,6 +99,8 @@ def base_config() -> ConfigDict:
   # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
   # noise_multiplier (scale = z * sensitivity) | yuan_eq8, yuan_eq8_corrected (Yuan eq. (8)
   # as printed / corrected, paper's Delta_s = 2C/|D_k|) | yuan_laplace, yuan_laplace_matched
+  # fu_thm1 / fu_thm2 (Fu et al. Theorem 1
+  # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
   c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
   c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients

@@ -166,7 +166,7 @@ def _states():
                      lambda t: np.full(3, 0.5), 0.1, params={"beta": 0.9, "zeta": 0.01})
   sched = get_schedule("crd").init(ctx)
   from fedjax_dp.privacy import accounting
-  acct = AccountantState(accounting.rdp_init((3,)), np.arange(3.0), 5)
+  acct = AccountantState(accounting.rdp_init((3,)), np.arange(3.0), 5, np.zeros(3))
   return sched, acct
 
 

@@ -48,6 +48,8 @@ CASES = [
     ("mlp", client_lib.ClientConfig(2, 5, "param_l2", "upload")),
     ("mlp", client_lib.ClientConfig(2, 0, "update_l2", "none")),
     ("cnn", client_lib.ClientConfig(2, 6, "per_example_l2", "step", chunk_size=4)),
+    ("mlp", client_lib.ClientConfig(2, 0, "step_grad_l1", "upload", "laplace")),
+    ("mlp", client_lib.ClientConfig(3, 5, "step_grad_l2", "upload")),
 ]
 
 

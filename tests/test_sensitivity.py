@@ -107,6 +107,56 @@ def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, bat
   assert d.max() > 0.0
 
 
+@pytest.mark.parametrize("clip_mode,mechanism,steps,batch", [
+    ("step_grad_l1", "laplace", 3, 0), ("step_grad_l2", "gaussian", 2, 4)])
+def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, steps, batch):
+  """Fu et al.'s per-step gradient clipping, client-level neighbours: the client's
+  WHOLE dataset is replaced (random data, and data whose gradients point the other
+  way); the upload never moves more than ``2 C sum_s eta_s``, and an opposite-gradient
+  step attains its share ``2 eta C`` of it."""
+  lr, clip = 0.5, 1.0
+  cfg = _cfg(**{"client.clip_mode": clip_mode, "privacy.mechanism": mechanism,
+                "client.local_steps": steps, "client.batch_size": batch, "client.lr": lr,
+                "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1,
+                "server.selection": "round_robin"})
+  plan = make_privacy_plan(cfg, np.array([N]))
+  assert plan.event(np.ones(1)).level == "client"
+  np.testing.assert_allclose(plan.sensitivity, 2 * clip * lr * steps)
+  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+                             noise_placement="none")
+  hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
+                                jnp.float32(0), jnp.float32(0))
+  ord = 1 if mechanism == "laplace" else 2
+  mask = jnp.ones(N, jnp.float32)
+  params, x, y, _, _ = _pairs(7 + steps, lr, clip)
+  rng = np.random.default_rng(steps)
+  x2 = jnp.asarray(rng.normal(size=x.shape) * rng.choice([0.1, 10.0], (TRIALS, 1, 1)),
+                   jnp.float32)
+  y2 = jnp.asarray(rng.integers(0, 2, y.shape), jnp.int32)
+  # Opposite pairs: large inputs, D all label 0 and D' all label 1, zero parameters: the
+  # hinge is active for every example in both runs, so g and g' point opposite ways.
+  half = TRIALS // 2
+  params = jax.tree_util.tree_map(lambda p: p.at[half:].set(0.0), params)
+  big = jnp.asarray(rng.normal(size=(TRIALS - half, 1, 2)) * 50.0, jnp.float32)
+  x = x.at[half:].set(jnp.broadcast_to(big, (TRIALS - half, N, 2)))
+  x2 = x2.at[half:].set(x[half:])
+  y = y.at[half:].set(0)
+  y2 = y2.at[half:].set(1)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x, y, x2, y2, key):
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    return _dist(a, b, ord)
+
+  keys = jax.random.split(jax.random.PRNGKey(5), TRIALS)
+  d = np.asarray(moved(params, x, y, x2, y2, keys))
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  # Each opposite step moves the two runs 2 eta C apart (the hinge then saturates).
+  assert d[half:].max() > 0.9 * 2 * lr * clip, d[half:].max()
+
+
 def test_adversarial_search_finds_the_active_set_flip():
   """The search is not vacuous: with E = 2 it finds pairs that move the upload beyond
   ``2 C sum_s eta_s / b``, the sensitivity before the fix (finding B1)."""

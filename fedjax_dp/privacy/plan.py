@@ -22,6 +22,8 @@ step          per_example_*          2 C per step (summed clipped    E-fold comp
                                      gradient, replace-one)          the rule's event
 central       update_l2              2 C max_i p_i (replace-one      client-level, the
                                      client in the weighted mean)    rule's event
+upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-level, the
+                                     client; Fu et al.)              rule's event
 ============  =====================  ==============================  =====================
 
 ``b_i`` is the batch size (|D_i| for full batch) and ``eta_s`` the learning rate of
@@ -30,7 +32,8 @@ amplification (conservative). The selection rule's event comes from
 :mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
 charged per client for the rounds it took part in. Each sensitivity is proved in
 :func:`upload_sensitivity` and :func:`central_sensitivity` for the replace-one
-adjacency the accountant assumes; ``tests/test_sensitivity.py`` searches for
+adjacency the accountant assumes (and :func:`step_grad_sensitivity` for Fu et al.'s
+per-step gradient clipping); ``tests/test_sensitivity.py`` searches for
 neighbouring datasets that break them.
 
 The noise scale of a constant schedule and the epsilon a formula claims come from
@@ -48,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_dp import selection as selection_lib
+from fedjax_dp.config import ConfigError
 from fedjax_dp.privacy import accounting, calibration, formulas
 
 
@@ -59,11 +63,15 @@ class AccountantState(NamedTuple):
     inv_var_sum: ``[U]`` sum over past rounds of ``(scale / Delta_i)^-2``, from which
       the paper formula's claimed epsilon follows (Wei eq. (25) budget view).
     rounds: rounds composed so far.
+    pure_eps: ``[U]`` basic composition of the pure epsilons of Laplace rounds with
+      deterministic participation (``inf`` once a client released without noise);
+      a second certified bound for Laplace runs (Fu et al. Theorem 1's accounting).
   """
 
   rdp: accounting.RdpState
   inv_var_sum: np.ndarray
   rounds: int
+  pure_eps: np.ndarray
 
 
 class Formula(NamedTuple):
@@ -92,6 +100,45 @@ def _wei_eq10_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
   # inv_var_sum holds sum (Delta_i / sigma_tau)^2, i.e. sum sigma^-2 in units of Delta_i.
   return float(np.max(formulas.wei_epsilon_claimed(state.inv_var_sum, plan.delta, plan.q,
                                                    1.0)))
+
+
+def _fu_participations(plan: PrivacyPlan, rounds: int) -> int:
+  """``T_l``: the most rounds one client takes part in over ``rounds`` rounds
+  (round robin reshuffled every pass: ``ceil(T K / U)`` when K divides U)."""
+  return int(plan.rule.max_participations(plan.num_clients, plan.clients_per_round, plan.q,
+                                          rounds))
+
+
+def _fu_thm1_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Fu et al. Theorem 1: Laplace ``beta = T_l eta~ E zeta / eps`` (paper's Xi_1)."""
+  return formulas.fu_laplace_scale_thm1(eps, max(_fu_participations(plan, rounds), 1),
+                                        plan.claimed_sensitivity)
+
+
+def _fu_thm2_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
+  """Fu et al. Theorem 2 with the spec's c_2 (A6: the zCDP calibration of T_l Gaussian
+  releases at q = 1, ``sigma = sqrt(T_l / (2 rho*))``); std ``sigma Xi_2`` (paper's Xi_2)."""
+  sigma = formulas.fu_sigma_zcdp(eps, plan.delta, max(_fu_participations(plan, rounds), 1))
+  return np.asarray(sigma) * plan.claimed_sensitivity
+
+
+def _fu_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
+  """The paper's epsilon after ``state.rounds`` rounds for the worst client, from its
+  participations so far ``t`` and the constant schedule's scale: Theorem 1 inverted
+  (``t Xi_1 / beta``, basic composition) or Theorem 2 inverted (zCDP, spec A6), with
+  the paper's sensitivity ``Xi = eta~ E zeta`` (half the replace-one one, spec A7)."""
+  if state.rounds == 0:
+    return 0.0
+  if np.any(np.isinf(state.rdp.rdp)):
+    return math.inf
+  t = _fu_participations(plan, state.rounds)
+  scale = plan.noise_scale(plan.rounds)
+  xi = plan.claimed_sensitivity
+  if plan.formula == "fu_thm1":
+    eps = formulas.fu_epsilon_thm1(scale, t, xi)
+  else:
+    eps = formulas.fu_epsilon_zcdp(scale / xi, plan.delta, t)
+  return float(np.max(eps))
 
 
 def _multiplier_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
@@ -184,7 +231,12 @@ FORMULAS: dict[str, Formula] = {
     "yuan_eq8_corrected": Formula(_yuan_eq8_corrected_scale, _yuan_eq8_corrected_claimed),
     "yuan_laplace": Formula(_yuan_laplace_scale, _yuan_laplace_claimed),
     "yuan_laplace_matched": Formula(_yuan_laplace_matched_scale, _yuan_laplace_claimed),
+    "fu_thm1": Formula(_fu_thm1_scale, _fu_claimed),
+    "fu_thm2": Formula(_fu_thm2_scale, _fu_claimed),
 }
+# Fu et al.'s formulas: the mechanism each is written for (spec section 2.3).
+FU_FORMULAS = {"fu_thm1": "laplace", "fu_thm2": "gaussian"}
+STEP_GRAD_MODES = ("step_grad_l1", "step_grad_l2")
 DEFAULT_FORMULA = "calibrated"
 
 
@@ -208,8 +260,12 @@ class PrivacyPlan:
     num_clients: U.
     clients_per_round: K.
     rounds: the configured horizon T.
-    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula assumes for its noise
-      and claim (Yuan: ``2 C / |D_k|``); ``None``: the true ``sensitivity``.
+    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise and
+      its claim with, when it differs from the true ``sensitivity`` (Yuan:
+      ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``); ``None``: the true one.
+    level: the privacy unit the release's sensitivity is proved for:
+      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
+      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
   """
 
   mechanism: str
@@ -226,6 +282,7 @@ class PrivacyPlan:
   clients_per_round: int
   rounds: int
   claimed_sensitivity: np.ndarray | None = None
+  level: str = "example"
 
   @property
   def target_epsilon(self) -> float:
@@ -260,7 +317,7 @@ class PrivacyPlan:
       # E noised steps inside one selection: the Gaussians' z^-2 add up, so the round is
       # one Gaussian with z / sqrt(E) (exact); Laplace: basic composition, z / E.
       z = z / (math.sqrt(self.steps) if self.mechanism == "gaussian" else self.steps)
-    level = "client" if self.placement == "central" else "example"
+    level = "client" if self.placement == "central" else self.level
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
                           "relation": "replace_one", "level": level}
     rule = self.rule
@@ -285,7 +342,13 @@ class PrivacyPlan:
 
   def accountant_init(self) -> AccountantState:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
-                           np.zeros(self.num_clients), 0)
+                           np.zeros(self.num_clients), 0, np.zeros(self.num_clients))
+
+  @property
+  def pure_composition(self) -> bool:
+    """Whether each round is a pure-DP Laplace release charged to the clients that
+    took part (no sampling amplification), so basic composition certifies it."""
+    return self.mechanism == "laplace" and (self.rule.deterministic or self.q >= 1)
 
   def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
                    ) -> tuple[np.ndarray, float]:
@@ -339,24 +402,35 @@ class PrivacyPlan:
       z = np.full(self.num_clients, np.inf)
     exposed = np.isinf(z) & part
     rdp = state.rdp
+    pure = state.pure_eps
     if not np.all(np.isinf(z)):
-      rdp = accounting.rdp_compose(rdp, self.event(z, part))
+      event = self.event(z, part)
+      rdp = accounting.rdp_compose(rdp, event)
+      if self.pure_composition:  # the round is 1/z-DP for each client that took part
+        pure = pure + np.where(part, 1.0 / event.noise_multiplier, 0.0)
+    pure = np.where(exposed, np.inf, pure)
     if np.any(exposed):
       rdp = rdp._replace(rdp=np.where(exposed[:, None], np.inf, rdp.rdp))
     with np.errstate(divide="ignore"):
       inv = np.where(np.isinf(z), np.inf, 1.0 / np.square(z))
-    return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1)
+    return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1, pure)
 
   def certified_epsilons(self, state: AccountantState) -> np.ndarray:
     """``[U]`` each client's epsilon at ``delta`` by the RDP accountant (inf where a
-    client released without noise)."""
+    client released without noise); for Laplace rounds without sampling, the smaller
+    of that and the basic composition of the rounds' pure epsilons."""
     if state.rounds == 0:
       return np.zeros(self.num_clients)
     rdp = state.rdp.rdp
     bad = np.any(np.isinf(rdp), axis=-1)
     safe = state.rdp._replace(rdp=np.where(bad[:, None], 0.0, rdp))
     eps = np.asarray(accounting.rdp_epsilon(safe, self.delta), np.float64)
-    return np.where(bad, np.inf, eps)
+    eps = np.where(bad, np.inf, eps)
+    if self.pure_composition:
+      # Laplace: basic composition's (sum eps, 0) is also certified at delta; keep the
+      # smaller of the two bounds.
+      eps = np.minimum(eps, state.pure_eps)
+    return eps
 
   def certified_epsilon(self, state: AccountantState) -> float:
     """Worst client's epsilon at ``delta`` by the RDP accountant (inf if any client
@@ -456,6 +530,33 @@ def param_l1_sensitivity(clip: float, num_params: int) -> float:
   return 2.0 * clip * math.sqrt(num_params)
 
 
+def step_grad_sensitivity(clip: float, lrs: np.ndarray, num_clients: int) -> np.ndarray:
+  """``[U]`` replace-one CLIENT-level sensitivity of the model a client uploads after E
+  local steps that each clip the step's mean gradient to norm C (``step_grad_l1`` /
+  ``step_grad_l2``; Fu et al. Alg. 1 with eq. (Clip)): ``Delta = 2 C sum_s eta_s``.
+
+  Proof (in the clip's norm; L1 for Laplace, L2 for Gaussian; an L1 bound is also an
+  L2 bound). Neighbours replace client i's whole dataset D_i by any D'_i (the unit is
+  the client). Step s is ``w_{s+1} = w_s - eta_s (g_s + kappa w_s)`` with
+  ``||g_s|| <= C`` whatever the data and the parameters (the clip rescales the
+  step's gradient into the ball of radius C), and the minibatch indices (if any)
+  come from a key that does not depend on the data. Both runs start at the
+  broadcast global model, so with ``|1 - eta_s kappa| <= 1`` (checked by
+  :func:`make_privacy_plan`) ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s||
+  + eta_s ||g_s - g'_s|| <= ||w_s - w'_s|| + 2 eta_s C``; summing over the E steps
+  gives the bound. With a constant rate it is ``2 eta E C``: twice the paper's
+  ``Xi = eta~ E zeta`` (Theorems 1/2), whose proof compares gradients at different
+  points and drops the factor 2 (spec ``fu_practicality.md`` section 6, A7); the
+  certified epsilon uses this corrected value.
+
+  Args:
+    clip: C (``zeta``).
+    lrs: ``[E]`` the local step sizes.
+    num_clients: U.
+  """
+  return np.full(num_clients, 2.0 * clip * float(np.sum(np.asarray(lrs, np.float64))))
+
+
 def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_name: str,
                         clients_per_round: int, q: float) -> float:
   """Replace-one (client level) sensitivity of the aggregate that the server noises.
@@ -522,16 +623,19 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   q = selection_probability(cfg)
   batch = np.minimum(counts, cfg.client.batch_size) if cfg.client.batch_size else counts
   per_example = clip_mode in ("per_example_l2", "per_example_l1")
+  step_grad = clip_mode in STEP_GRAD_MODES
+  _check_fu(cfg, step_grad)
   if placement == "none":
     sens = np.ones(u)
   elif placement == "upload":
-    if per_example:
+    if per_example or step_grad:
       if steps > 1 and float(cfg.client.l2_reg) * float(np.max(lrs)) > 2.0:
         raise ValueError(
             "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
             "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
             "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
-      sens = upload_sensitivity(clip, lrs, batch)
+      sens = (step_grad_sensitivity(clip, lrs, u) if step_grad
+              else upload_sensitivity(clip, lrs, batch))
     elif clip_mode in ("param_l2", "update_l2"):
       if cfg.privacy.mechanism == "laplace":
         if num_params is None:
@@ -543,7 +647,7 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
         sens = np.full(u, 2.0 * clip)
     else:
       raise ValueError("privacy.placement='upload' needs client.clip_mode in per_example_l2, "
-                       f"per_example_l1, param_l2 or update_l2 (got {clip_mode!r}): without "
+                       f"per_example_l1, param_l2, update_l2 or step_grad_* (got {clip_mode!r}): without "
                        "clipping the upload has no bounded sensitivity")
   elif placement == "step":
     if not per_example:
@@ -559,12 +663,13 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
                                           int(cfg.server.clients_per_round), q))
   else:
     raise ValueError(f"privacy.placement: unknown {placement!r}")
-  laplace_ok = clip_mode == "per_example_l1" or (
+  laplace_ok = clip_mode in ("per_example_l1", "step_grad_l1") or (
       placement == "upload" and clip_mode in ("param_l2", "update_l2"))
   if cfg.privacy.mechanism == "laplace" and not laplace_ok \
       and placement != "none" and np.any(np.isfinite(eps)):
     raise ValueError("privacy.mechanism='laplace' needs L1 sensitivity: use "
-                     "client.clip_mode='per_example_l1', or privacy.placement='upload' with "
+                     "client.clip_mode='per_example_l1' or 'step_grad_l1', or "
+                     "privacy.placement='upload' with "
                      f"client.clip_mode in param_l2, update_l2 (got {placement!r}, "
                      f"{clip_mode!r})")
   claimed_sens = None
@@ -579,6 +684,8 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
                        f"{YUAN_FORMULAS[formula]} noise: set privacy.mechanism="
                        f"{YUAN_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
     claimed_sens = np.asarray(formulas.yuan_sensitivity(clip, counts), np.float64)
+  if formula in FU_FORMULAS:
+    claimed_sens = np.full(u, float(formulas.fu_sensitivity(float(np.max(lrs)), steps, clip)))
   return PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
       epsilon=eps, delta=float(cfg.privacy.delta), q=q,
@@ -586,4 +693,37 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       steps=steps if placement == "step" else 1,
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,
       clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
-      claimed_sensitivity=claimed_sens)
+      claimed_sensitivity=claimed_sens,
+      level="client" if step_grad and placement == "upload" else "example")
+
+
+def _check_fu(cfg, step_grad: bool) -> None:
+  """Refuses Fu et al.'s formulas outside the setting their bound is proved for.
+
+  ``fu_thm1``/``fu_thm2`` size the noise for ``T_l`` releases of the update of E
+  clipped full-gradient steps, each release noised once on upload, with a client
+  taking a known number of turns. Anything else (another clip mode or placement, a
+  random selection whose ``T_l`` is not fixed, the other mechanism) has no bound here.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  formula = cfg.privacy.formula
+  if formula not in FU_FORMULAS:
+    return
+  if not step_grad:
+    raise ConfigError(f"privacy.formula={formula!r} needs client.clip_mode in "
+                      f"{STEP_GRAD_MODES} (got {cfg.client.clip_mode!r})")
+  if cfg.privacy.placement != "upload":
+    raise ConfigError(f"privacy.formula={formula!r} needs privacy.placement='upload' "
+                      f"(got {cfg.privacy.placement!r})")
+  if cfg.privacy.mechanism != FU_FORMULAS[formula]:
+    raise ConfigError(f"privacy.formula={formula!r} is written for privacy.mechanism="
+                      f"{FU_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
+  if not selection_lib.get_rule(cfg.server.selection).deterministic:
+    raise ConfigError(f"privacy.formula={formula!r} counts each client's T_l turns: "
+                      "server.selection must be deterministic ('round_robin'), got "
+                      f"{cfg.server.selection!r}")
+  if cfg.schedule.name != "constant":
+    raise ConfigError(f"privacy.formula={formula!r} fixes one noise scale for the run: "
+                      f"schedule.name must be 'constant' (got {cfg.schedule.name!r})")
