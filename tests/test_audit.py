@@ -142,3 +142,58 @@ def test_cli_audit_prints_and_writes(tmp_path, capsys):
   import json
   got = json.loads(out.read_text())
   assert got["trials"] == TRIALS and got["epsilon_certified"] > 0
+
+
+def test_b3_small_poisson_cohort_before_the_fix_is_caught():
+  # B3: Poisson selection (q = 0.5) with central noise. Before the fix the plan sized the
+  # noise for a cohort of clients_per_round = U = 10 equal clients, Delta = 2 C / 10,
+  # while normalized aggregation divides by the realised cohort's total: Poisson can draw
+  # the target alone, and then it moves the aggregate by 2 C. The cohort {0} is one such
+  # draw; given it the release is not amplified by selection (the audit certifies it with
+  # sampling 'full'), so the old sensitivity claim is audited for that draw.
+  cfg = small_config(CENTRAL, **{"server.selection": "poisson", "server.q": 0.5,
+                                 "server.clients_per_round": 10,
+                                 "server.aggregation": "fixed"})
+  old = 2 * float(cfg.client.clip) / 10
+  broken = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=3 * old,
+                                   claimed_sensitivity=old, aggregation="normalized",
+                                   cohort=(0,)))
+  assert broken.epsilon_lower > broken.epsilon_certified, broken
+  # The fix: 'fixed' aggregation divides by the expected total, Delta = 2 C / (q U).
+  fixed = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=3 * old, cohort=(0,)))
+  np.testing.assert_allclose(fixed.sensitivity, 2 * float(cfg.client.clip) / 5)
+  assert fixed.epsilon_lower <= fixed.epsilon_certified, fixed
+
+
+ROUND_ROBIN = {"server.selection": "round_robin", "server.clients_per_round": 5}
+POISSON_FIXED = {**CENTRAL, "server.selection": "poisson", "server.q": 0.5,
+                 "server.aggregation": "fixed"}
+
+
+@pytest.mark.parametrize("sets,broken", [
+    (ROUND_ROBIN, "noise_div10"), ({**CENTRAL, **ROUND_ROBIN}, "no_clip"),
+    (POISSON_FIXED, "no_clip")],
+    ids=["round_robin-upload", "round_robin-central", "poisson-fixed-central"])
+def test_reworked_accounting_is_audited(sets, broken):
+  # Round robin is accounted per client from the realised cohorts (the audited round as
+  # for a client that takes part); Poisson + central noise needs 'fixed' aggregation.
+  ok = _audit(sets)
+  assert 0 < ok.epsilon_certified < ok.epsilon_certified_run
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  bad = _audit(sets, variant=broken)
+  assert bad.epsilon_lower > bad.epsilon_certified, bad
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"aggregation": "normalized"}, "needs audit.noise_scale"),
+    ({"aggregation": "mean", "noise_scale": 1.0, "claimed_sensitivity": 1.0},
+     "audit.aggregation: unknown"),
+    ({"cohort": (1, 2)}, "must include audit.target")])
+def test_bad_audit_options_are_refused(options, match):
+  with pytest.raises(ValueError, match=match):
+    AuditOptions(**options).validate()
+
+
+def test_cohort_option_needs_central_placement():
+  with pytest.raises(ValueError, match="audit.cohort needs privacy.placement='central'"):
+    _audit({}, cohort=(0,))
