@@ -20,6 +20,8 @@ TRIALS = 500
 # Small and fast: the quickstart's clients with a linear model.
 FAST = {"model.name": "logistic", "rounds": 100}
 CENTRAL = {**FAST, "client.clip_mode": "update_l2", "privacy.placement": "central"}
+# Laplace: the audit's canary is then sparse (one input feature), see canary_pair.
+LAPLACE = {"privacy.mechanism": "laplace", "client.clip_mode": "per_example_l1"}
 
 
 def _audit(sets, **options):
@@ -65,10 +67,9 @@ def test_lower_bounds_respect_the_true_epsilon():
 
 @pytest.mark.parametrize("sets", [{}, {"server.clients_per_round": 3},
                                   {"privacy.placement": "step"}, CENTRAL,
-                                  {"privacy.mechanism": "laplace",
-                                   "client.clip_mode": "per_example_l1"}],
+                                  LAPLACE, {**LAPLACE, "privacy.placement": "step"}],
                          ids=["upload", "upload_3_of_10", "step", "central",
-                              "upload_laplace"])
+                              "upload_laplace", "step_laplace"])
 def test_correct_mechanisms_stay_below_their_certificate(sets):
   r = _audit(sets)
   assert r.epsilon_lower <= r.epsilon_certified
@@ -78,9 +79,11 @@ def test_correct_mechanisms_stay_below_their_certificate(sets):
 @pytest.mark.parametrize("sets,variant", [
     ({}, "noise_div10"), ({}, "no_clip"), ({}, "shared_noise_key"),
     ({"privacy.placement": "step"}, "noise_div10"),
-    (CENTRAL, "noise_div10"), (CENTRAL, "no_clip")],
+    (CENTRAL, "noise_div10"), (CENTRAL, "no_clip"),
+    (LAPLACE, "noise_div10"), ({**LAPLACE, "privacy.placement": "step"}, "noise_div10")],
     ids=["upload-noise_div10", "upload-no_clip", "upload-shared_key", "step-noise_div10",
-         "central-noise_div10", "central-no_clip"])
+         "central-noise_div10", "central-no_clip", "upload-laplace-noise_div10",
+         "step-laplace-noise_div10"])
 def test_broken_mechanisms_are_caught(sets, variant):
   r = _audit(sets, variant=variant)
   assert r.epsilon_lower > r.epsilon_certified, r
@@ -197,3 +200,15 @@ def test_bad_audit_options_are_refused(options, match):
 def test_cohort_option_needs_central_placement():
   with pytest.raises(ValueError, match="audit.cohort needs privacy.placement='central'"):
     _audit({}, cohort=(0,))
+
+
+def test_sparse_canary_concentrates_the_gradient_difference():
+  # One canary example, on one feature, flipped between in and out; nothing else changes.
+  from fedjax_dp import experiment
+  from fedjax_dp.audit.audit import canary_pair
+  setup = experiment.build(small_config(FAST, **LAPLACE))
+  pair = canary_pair(setup.data, 0, "example", 10, 100.0, sparse=True)
+  x = np.asarray(pair.x)
+  assert np.count_nonzero(x[1, 0, 0]) == 1 and x[1, 0, 0].flat[0] == 100.0
+  np.testing.assert_array_equal(x[0, 0, 0], -x[1, 0, 0])
+  np.testing.assert_array_equal(x[0, :, 1:], x[1, :, 1:])  # the rest untouched

@@ -99,6 +99,9 @@ class AuditOptions:
     claimed_sensitivity: certify with this sensitivity instead of the plan's.
     canary_scale: factor on the canary inputs, so their gradients reach the clip.
     target: the client holding the canary.
+    sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
+      the pair's gradient difference is concentrated in few coordinates; the default
+      for the Laplace mechanism, whose test needs that concentration.
     lanes_per_call: trials per compiled call (memory); 0 chooses from the data size.
     aggregation: central placement only: run the server's aggregation with this rule
       instead of the config's, certified with ``noise_scale`` and
@@ -121,6 +124,7 @@ class AuditOptions:
   claimed_sensitivity: float | None = None
   canary_scale: float = 100.0
   target: int = 0
+  sparse_canary: bool | None = None
   lanes_per_call: int = 0
   aggregation: str | None = None
   cohort: tuple[int, ...] | None = None
@@ -196,19 +200,31 @@ def _flat(tree: PyTree) -> jax.Array:
 
 
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
-                scale: float, flip_input: bool = True) -> FederatedData:
+                scale: float, flip_input: bool = True, sparse: bool = False) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
   holds (x, y), ``out`` (-x, y) (or, without ``flip_input``, (x, y + 1 mod classes)):
   a replace-one pair of examples. Client level: every example of ``target`` is
   changed so: a replace-one pair of clients.
+
+  ``sparse``: the canary inputs are ``scale`` times the first basis vector instead
+  of scaled data. The first layer's weight gradient ``x (dL/dz)^T`` is then one row,
+  so for a linear model the two clipped gradients differ in ``num_classes``
+  coordinates only (the bias gradients are equal): the whole L1 budget 2 C of the
+  pair lies in a few coordinates, where the Laplace likelihood-ratio test sees it
+  (an L1-bounded difference spread over many coordinates is hidden by Laplace
+  noise far better than its L1 norm says).
   """
   x, y = np.array(data.x), np.array(data.y)
   n = int(data.counts[target])
   if n < 1:
     raise ValueError(f"audit.target: client {target} holds no examples")
   rows = slice(0, 1) if level == "example" else slice(0, n)
+  if sparse:
+    basis = np.zeros(x.shape[2:], x.dtype)
+    basis.flat[0] = 1.0
+    x[target, rows] = basis
   x[target, rows] *= scale
   x_out, y_out = x.copy(), y.copy()
   if flip_input:
@@ -374,8 +390,11 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   if params is None:
     params = model.init(jax.random.PRNGKey(int(cfg.seed)))
   if pair is None:
+    sparse = options.sparse_canary
+    if sparse is None:
+      sparse = plan.mechanism == "laplace"
     pair = canary_pair(setup.data, options.target, level, model.num_classes,
-                       options.canary_scale)
+                       options.canary_scale, sparse=bool(sparse))
 
   # The adversary's direction: the difference of the noiseless releases of the target.
   ccfg = setup.round_cfg.client
