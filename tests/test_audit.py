@@ -212,3 +212,14 @@ def test_sparse_canary_concentrates_the_gradient_difference():
   assert np.count_nonzero(x[1, 0, 0]) == 1 and x[1, 0, 0].flat[0] == 100.0
   np.testing.assert_array_equal(x[0, 0, 0], -x[1, 0, 0])
   np.testing.assert_array_equal(x[0, :, 1:], x[1, :, 1:])  # the rest untouched
+  # The target's noiseless uploads differ mostly in one kernel row (num_classes
+  # coordinates); the bias differs a little (the logits +-W x differ at a random init).
+  import jax
+  from fedjax_dp.audit.audit import _clean_fn
+  params = setup.model.init(jax.random.PRNGKey(0))
+  clean = _clean_fn(setup.model, setup.round_cfg.client)
+  lr, clip = np.full(1, 0.5, np.float32), np.float32(1.0)
+  diff = np.asarray(clean(params, pair, 1, jnp.int32(0), lr, clip)
+                    - clean(params, pair, 0, jnp.int32(0), lr, clip))
+  mass = np.sort(np.abs(diff))[::-1]
+  assert mass[:10].sum() > 0.95 * mass.sum() > 0, mass[:14]
