@@ -215,6 +215,7 @@ def test_sparse_canary_concentrates_the_gradient_difference():
   # The target's noiseless uploads differ mostly in one kernel row (num_classes
   # coordinates); the bias differs a little (the logits +-W x differ at a random init).
   import jax
+
   from fedjax_dp.audit.audit import _clean_fn
   params = setup.model.init(jax.random.PRNGKey(0))
   clean = _clean_fn(setup.model, setup.round_cfg.client)
