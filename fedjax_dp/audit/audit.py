@@ -59,7 +59,11 @@ them: ``noise_div10`` (the engine adds a tenth of the planned noise), ``no_clip`
 the same key). ``noise_scale`` and ``claimed_sensitivity`` run a mechanism with an
 explicitly given (possibly wrong) noise scale and certify it with an explicitly
 given sensitivity, to audit a sensitivity claim independently of
-:mod:`fedjax_dp.privacy.plan`'s current numbers.
+:mod:`fedjax_dp.privacy.plan`'s current numbers; with central noise, ``aggregation``
+and ``cohort`` run another server aggregation on one fixed cohort (certified without
+selection amplification), which audits B3's claim for a small Poisson draw.
+Deterministic selection (round robin) is certified from the realised cohorts, which
+are public: a central adversary reads them too.
 """
 
 from __future__ import annotations
