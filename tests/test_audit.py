@@ -20,6 +20,8 @@ TRIALS = 500
 # Small and fast: the quickstart's clients with a linear model.
 FAST = {"model.name": "logistic", "rounds": 100}
 CENTRAL = {**FAST, "client.clip_mode": "update_l2", "privacy.placement": "central"}
+# Laplace: the audit's canary is then sparse (one input feature), see canary_pair.
+LAPLACE = {"privacy.mechanism": "laplace", "client.clip_mode": "per_example_l1"}
 
 
 def _audit(sets, **options):
@@ -65,10 +67,9 @@ def test_lower_bounds_respect_the_true_epsilon():
 
 @pytest.mark.parametrize("sets", [{}, {"server.clients_per_round": 3},
                                   {"privacy.placement": "step"}, CENTRAL,
-                                  {"privacy.mechanism": "laplace",
-                                   "client.clip_mode": "per_example_l1"}],
+                                  LAPLACE, {**LAPLACE, "privacy.placement": "step"}],
                          ids=["upload", "upload_3_of_10", "step", "central",
-                              "upload_laplace"])
+                              "upload_laplace", "step_laplace"])
 def test_correct_mechanisms_stay_below_their_certificate(sets):
   r = _audit(sets)
   assert r.epsilon_lower <= r.epsilon_certified
@@ -78,9 +79,11 @@ def test_correct_mechanisms_stay_below_their_certificate(sets):
 @pytest.mark.parametrize("sets,variant", [
     ({}, "noise_div10"), ({}, "no_clip"), ({}, "shared_noise_key"),
     ({"privacy.placement": "step"}, "noise_div10"),
-    (CENTRAL, "noise_div10"), (CENTRAL, "no_clip")],
+    (CENTRAL, "noise_div10"), (CENTRAL, "no_clip"),
+    (LAPLACE, "noise_div10"), ({**LAPLACE, "privacy.placement": "step"}, "noise_div10")],
     ids=["upload-noise_div10", "upload-no_clip", "upload-shared_key", "step-noise_div10",
-         "central-noise_div10", "central-no_clip"])
+         "central-noise_div10", "central-no_clip", "upload-laplace-noise_div10",
+         "step-laplace-noise_div10"])
 def test_broken_mechanisms_are_caught(sets, variant):
   r = _audit(sets, variant=variant)
   assert r.epsilon_lower > r.epsilon_certified, r
@@ -142,3 +145,82 @@ def test_cli_audit_prints_and_writes(tmp_path, capsys):
   import json
   got = json.loads(out.read_text())
   assert got["trials"] == TRIALS and got["epsilon_certified"] > 0
+
+
+def test_b3_small_poisson_cohort_before_the_fix_is_caught():
+  # B3: Poisson selection (q = 0.5) with central noise. Before the fix the plan sized the
+  # noise for a cohort of clients_per_round = U = 10 equal clients, Delta = 2 C / 10,
+  # while normalized aggregation divides by the realised cohort's total: Poisson can draw
+  # the target alone, and then it moves the aggregate by 2 C. The cohort {0} is one such
+  # draw; given it the release is not amplified by selection (the audit certifies it with
+  # sampling 'full'), so the old sensitivity claim is audited for that draw.
+  cfg = small_config(CENTRAL, **{"server.selection": "poisson", "server.q": 0.5,
+                                 "server.clients_per_round": 10,
+                                 "server.aggregation": "fixed"})
+  old = 2 * float(cfg.client.clip) / 10
+  broken = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=3 * old,
+                                   claimed_sensitivity=old, aggregation="normalized",
+                                   cohort=(0,)))
+  assert broken.epsilon_lower > broken.epsilon_certified, broken
+  # The fix: 'fixed' aggregation divides by the expected total, Delta = 2 C / (q U).
+  fixed = audit(cfg, AuditOptions(trials=TRIALS, noise_scale=3 * old, cohort=(0,)))
+  np.testing.assert_allclose(fixed.sensitivity, 2 * float(cfg.client.clip) / 5)
+  assert fixed.epsilon_lower <= fixed.epsilon_certified, fixed
+
+
+ROUND_ROBIN = {"server.selection": "round_robin", "server.clients_per_round": 5}
+POISSON_FIXED = {**CENTRAL, "server.selection": "poisson", "server.q": 0.5,
+                 "server.aggregation": "fixed"}
+
+
+@pytest.mark.parametrize("sets,broken", [
+    (ROUND_ROBIN, "noise_div10"), ({**CENTRAL, **ROUND_ROBIN}, "no_clip"),
+    (POISSON_FIXED, "no_clip")],
+    ids=["round_robin-upload", "round_robin-central", "poisson-fixed-central"])
+def test_reworked_accounting_is_audited(sets, broken):
+  # Round robin is accounted per client from the realised cohorts (the audited round as
+  # for a client that takes part); Poisson + central noise needs 'fixed' aggregation.
+  ok = _audit(sets)
+  assert 0 < ok.epsilon_certified < ok.epsilon_certified_run
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  bad = _audit(sets, variant=broken)
+  assert bad.epsilon_lower > bad.epsilon_certified, bad
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"aggregation": "normalized"}, "needs audit.noise_scale"),
+    ({"aggregation": "mean", "noise_scale": 1.0, "claimed_sensitivity": 1.0},
+     "audit.aggregation: unknown"),
+    ({"cohort": (1, 2)}, "must include audit.target")])
+def test_bad_audit_options_are_refused(options, match):
+  with pytest.raises(ValueError, match=match):
+    AuditOptions(**options).validate()
+
+
+def test_cohort_option_needs_central_placement():
+  with pytest.raises(ValueError, match="audit.cohort needs privacy.placement='central'"):
+    _audit({}, cohort=(0,))
+
+
+def test_sparse_canary_concentrates_the_gradient_difference():
+  # One canary example, on one feature, flipped between in and out; nothing else changes.
+  from fedjax_dp import experiment
+  from fedjax_dp.audit.audit import canary_pair
+  setup = experiment.build(small_config(FAST, **LAPLACE))
+  pair = canary_pair(setup.data, 0, "example", 10, 100.0, sparse=True)
+  x = np.asarray(pair.x)
+  assert np.count_nonzero(x[1, 0, 0]) == 1 and x[1, 0, 0].flat[0] == 100.0
+  np.testing.assert_array_equal(x[0, 0, 0], -x[1, 0, 0])
+  np.testing.assert_array_equal(x[0, :, 1:], x[1, :, 1:])  # the rest untouched
+  # The target's noiseless uploads differ mostly in one kernel row (num_classes
+  # coordinates); the bias differs a little (the logits +-W x differ at a random init).
+  import jax
+
+  from fedjax_dp.audit.audit import _clean_fn
+  params = setup.model.init(jax.random.PRNGKey(0))
+  clean = _clean_fn(setup.model, setup.round_cfg.client)
+  lr, clip = np.full(1, 0.5, np.float32), np.float32(1.0)
+  diff = np.asarray(clean(params, pair, 1, jnp.int32(0), lr, clip)
+                    - clean(params, pair, 0, jnp.int32(0), lr, clip))
+  mass = np.sort(np.abs(diff))[::-1]
+  assert mass[:10].sum() > 0.95 * mass.sum() > 0, mass[:14]

@@ -59,7 +59,11 @@ them: ``noise_div10`` (the engine adds a tenth of the planned noise), ``no_clip`
 the same key). ``noise_scale`` and ``claimed_sensitivity`` run a mechanism with an
 explicitly given (possibly wrong) noise scale and certify it with an explicitly
 given sensitivity, to audit a sensitivity claim independently of
-:mod:`fedjax_dp.privacy.plan`'s current numbers.
+:mod:`fedjax_dp.privacy.plan`'s current numbers; with central noise, ``aggregation``
+and ``cohort`` run another server aggregation on one fixed cohort (certified without
+selection amplification), which audits B3's claim for a small Poisson draw.
+Deterministic selection (round robin) is certified from the realised cohorts, which
+are public: a central adversary reads them too.
 """
 
 from __future__ import annotations
@@ -99,7 +103,21 @@ class AuditOptions:
     claimed_sensitivity: certify with this sensitivity instead of the plan's.
     canary_scale: factor on the canary inputs, so their gradients reach the clip.
     target: the client holding the canary.
+    sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
+      the pair's gradient difference is concentrated in few coordinates; the default
+      for the Laplace mechanism, whose test needs that concentration.
     lanes_per_call: trials per compiled call (memory); 0 chooses from the data size.
+    aggregation: central placement only: run the server's aggregation with this rule
+      instead of the config's, certified with ``noise_scale`` and
+      ``claimed_sensitivity`` (both required): audits a combination the plan refuses,
+      e.g. B3 (Poisson selection, central noise, ``'normalized'`` aggregation) with the
+      certificate the plan gave it before the fix.
+    cohort: central placement only: every lane selects exactly these client ids (they
+      must include ``target``) instead of drawing the config's selection. The
+      adversary then knows the cohort, so the certificate is that of one round
+      WITHOUT selection amplification (``sampling='full'``): this audits the
+      sensitivity claim for one cohort the rule can draw (a claim the plan makes
+      for every cohort).
   """
 
   trials: int = 1000
@@ -110,7 +128,10 @@ class AuditOptions:
   claimed_sensitivity: float | None = None
   canary_scale: float = 100.0
   target: int = 0
+  sparse_canary: bool | None = None
   lanes_per_call: int = 0
+  aggregation: str | None = None
+  cohort: tuple[int, ...] | None = None
 
   def validate(self) -> None:
     """Raises ValueError naming the bad option."""
@@ -128,6 +149,17 @@ class AuditOptions:
       raise ValueError(f"audit.canary_scale must be > 0, got {self.canary_scale}")
     if int(self.lanes_per_call) < 0:
       raise ValueError(f"audit.lanes_per_call must be >= 0, got {self.lanes_per_call}")
+    if self.aggregation is not None:
+      if self.aggregation not in engine.AGGREGATIONS:
+        raise ValueError(f"audit.aggregation: unknown {self.aggregation!r}; known: "
+                         f"{engine.AGGREGATIONS}")
+      if self.noise_scale is None or self.claimed_sensitivity is None:
+        raise ValueError("audit.aggregation needs audit.noise_scale and "
+                         "audit.claimed_sensitivity: the plan certifies the config's "
+                         "aggregation, not this one")
+    if self.cohort is not None and int(self.target) not in tuple(self.cohort):
+      raise ValueError(f"audit.cohort {tuple(self.cohort)} must include audit.target "
+                       f"{self.target}")
 
 
 class AuditResult(NamedTuple):
@@ -172,19 +204,31 @@ def _flat(tree: PyTree) -> jax.Array:
 
 
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
-                scale: float, flip_input: bool = True) -> FederatedData:
+                scale: float, flip_input: bool = True, sparse: bool = False) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
   holds (x, y), ``out`` (-x, y) (or, without ``flip_input``, (x, y + 1 mod classes)):
   a replace-one pair of examples. Client level: every example of ``target`` is
   changed so: a replace-one pair of clients.
+
+  ``sparse``: the canary inputs are ``scale`` times the first basis vector instead
+  of scaled data. The first layer's weight gradient ``x (dL/dz)^T`` is then one row,
+  so for a linear model the two clipped gradients differ in ``num_classes``
+  coordinates only (the bias gradients are equal): the whole L1 budget 2 C of the
+  pair lies in a few coordinates, where the Laplace likelihood-ratio test sees it
+  (an L1-bounded difference spread over many coordinates is hidden by Laplace
+  noise far better than its L1 norm says).
   """
   x, y = np.array(data.x), np.array(data.y)
   n = int(data.counts[target])
   if n < 1:
     raise ValueError(f"audit.target: client {target} holds no examples")
   rows = slice(0, 1) if level == "example" else slice(0, n)
+  if sparse:
+    basis = np.zeros(x.shape[2:], x.dtype)
+    basis.flat[0] = 1.0
+    x[target, rows] = basis
   x[target, rows] *= scale
   x_out, y_out = x.copy(), y.copy()
   if flip_input:
@@ -299,6 +343,14 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   if not 0 <= options.target < u:
     raise ValueError(f"audit.target must be in [0, {u}), got {options.target}")
   central = placement == "central"
+  for name in ("aggregation", "cohort"):
+    if getattr(options, name) is not None and not central:
+      raise ValueError(f"audit.{name} needs privacy.placement='central', got {placement!r}")
+  if options.cohort is not None:
+    fixed_ids = np.unique(np.asarray(options.cohort, np.int64))
+    if fixed_ids.min() < 0 or fixed_ids.max() >= u or fixed_ids.size > setup.k_slots:
+      raise ValueError(f"audit.cohort {tuple(options.cohort)}: ids must be in [0, {u}) and "
+                       f"at most {setup.k_slots} of them")
   if central and options.variant == "shared_noise_key":
     raise ValueError("audit.variant='shared_noise_key' needs client noise "
                      "(privacy.placement upload or step), got 'central'")
@@ -313,10 +365,24 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   certifier = plan
   if options.claimed_sensitivity is not None:
     certifier = dataclasses.replace(plan, sensitivity=np.full(u, options.claimed_sensitivity))
-  acct = certifier.accountant_step(certifier.accountant_init(), client_noise, central_noise)
+  if options.cohort is not None:
+    # A known cohort: no selection amplification.
+    certifier = dataclasses.replace(certifier, selection="all", q=1.0)
+  rule = plan.rule
+  k_cfg, q_cfg = int(cfg.server.clients_per_round), float(cfg.server.q)
+
+  def cohort(t: int) -> np.ndarray | None:
+    # A deterministic rule (round robin) is accounted from the realised cohort; a random
+    # rule's draw is part of its amplification and is not passed.
+    return rule.sample(u, k_cfg, q_cfg, int(cfg.seed), t) if rule.deterministic else None
+
+  # The audited round is charged as for a client that takes part (the worst client).
+  acct = certifier.accountant_step(certifier.accountant_init(), client_noise, central_noise,
+                                   selected=np.arange(u) if rule.deterministic else None)
   eps_round = certifier.certified_epsilon(acct)
-  for _ in range(int(cfg.rounds) - 1):
-    acct = certifier.accountant_step(acct, client_noise, central_noise)
+  acct = certifier.accountant_init()
+  for t in range(int(cfg.rounds)):
+    acct = certifier.accountant_step(acct, client_noise, central_noise, selected=cohort(t))
   eps_run = certifier.certified_epsilon(acct)
 
   divide = 10.0 if options.variant == "noise_div10" else 1.0
@@ -328,8 +394,11 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   if params is None:
     params = model.init(jax.random.PRNGKey(int(cfg.seed)))
   if pair is None:
+    sparse = options.sparse_canary
+    if sparse is None:
+      sparse = plan.mechanism == "laplace"
     pair = canary_pair(setup.data, options.target, level, model.num_classes,
-                       options.canary_scale)
+                       options.canary_scale, sparse=bool(sparse))
 
   # The adversary's direction: the difference of the noiseless releases of the target.
   ccfg = setup.round_cfg.client
@@ -350,6 +419,9 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
            + np.uint64(1)).astype(np.uint32)
   ids = np.asarray([options.target] + ([(options.target + 1) % u] if u > 1 else []))
   rcfg = setup.round_cfg
+  if options.aggregation is not None:
+    rcfg = dataclasses.replace(rcfg, aggregation=options.aggregation,
+                               expected_fraction=float(plan.q))
   if central:
     k_slots = setup.k_slots
     fn = _central_fn(model, rcfg)
@@ -365,8 +437,14 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     lane_seeds = np.resize(seeds[sl], step)
     lane_bits = np.resize(bits[sl], step)
     if central:
-      sel = [engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
-                                   cfg.server.q, int(s), 0) for s in lane_seeds]
+      if options.cohort is not None:
+        idx = np.full(k_slots, fixed_ids[0], np.int32)
+        idx[:fixed_ids.size] = fixed_ids
+        mask = (np.arange(k_slots) < fixed_ids.size).astype(np.float32)
+        sel = [(idx, mask)] * step
+      else:
+        sel = [engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
+                                     cfg.server.q, int(s), 0) for s in lane_seeds]
       args = engine.RoundArgs(
           idx=np.stack([s[0] for s in sel]), sel_mask=np.stack([s[1] for s in sel]),
           lr=np.broadcast_to(lr, (step,) + lr.shape), clip=np.full(step, clip, np.float32),
@@ -381,9 +459,11 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
                   c_in, c_out, options.variant == "shared_noise_key")
     out.append(np.asarray(scores)[: sl.stop - sl.start])
   scores = np.concatenate(out).T  # [attacks, trials]
-  if not central:
+  if not central or rule.deterministic:
     # A client outside the lane's cohort releases nothing (the accountant's selection
-    # event charges q): the adversary sees the same 'no upload' in and out.
+    # event charges q): the adversary sees the same 'no upload' in and out. A
+    # deterministic rule's cohort is public (it is accounted without amplification), so
+    # a central adversary may read it too; a random rule's central draw stays hidden.
     chosen = np.zeros((ids.size, n), bool)
     for lane, s in enumerate(seeds):
       idx, sel = engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
