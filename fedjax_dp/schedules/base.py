@@ -73,3 +73,32 @@ class Schedule(NamedTuple):
   init: Callable[[NoiseContext], Any]
   plan: Callable[[Any, int], RoundPlan]
   observe: Callable[[Any, int, Mapping[str, float]], Any]
+
+
+def budget_from_noise(noise: np.ndarray, rounds: int) -> np.ndarray:
+  """``B_i = T / sigma_i^2``: the budget a constant schedule of ``T`` rounds spends.
+
+  Eq. (10) inverted: for ``sigma_i = Delta_i sqrt(2 q T ln(1/delta_i)) / eps_i``
+  this is ``eps_i^2 / (2 q Delta_i^2 ln(1/delta_i))``, the ``B_i`` of Wei eq. (25).
+  ``sigma_i = 0`` (no noise) gives ``inf``.
+  """
+  noise = np.asarray(noise, np.float64)
+  if np.any(noise < 0) or np.any(np.isnan(noise)):
+    raise ValueError(f"noise scales must be >= 0, got {noise}")
+  with np.errstate(divide="ignore"):
+    return np.where(noise > 0, rounds / np.square(noise), np.inf)
+
+
+def constant_budget(ctx: NoiseContext) -> tuple[int, np.ndarray, np.ndarray]:
+  """The planned horizon ``T``, the formula's constant-schedule noise ``[U]`` for it,
+  and the budget ``sum sigma^-2`` that schedule spends: what the budget-spreading
+  schedules (CRD, linear decay, geometric) start from.
+
+  Raises:
+    ValueError: ``rounds < 1`` or a negative / NaN noise scale.
+  """
+  rounds = int(ctx.rounds)
+  if rounds < 1:
+    raise ValueError(f"rounds must be >= 1, got {rounds}")
+  noise = np.asarray(ctx.noise_fn(rounds), np.float64)
+  return rounds, noise, budget_from_noise(noise, rounds)

@@ -72,7 +72,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 # Defaults of the schedule's config fields (``schedule.<name>``); spec section 7.1
 # and Figs. 8-13: zeta = 0.001, beta = 0.9.
@@ -111,20 +111,6 @@ class CrdState(NamedTuple):
 
 def _param(ctx: NoiseContext, name: str) -> float:
   return float(ctx.params.get(name, PARAMS[name]))
-
-
-def budget_from_noise(noise: np.ndarray, rounds: int) -> np.ndarray:
-  """``B_i = T / sigma_i^2``: the budget a constant schedule of ``T`` rounds spends.
-
-  Eq. (10) inverted: for ``sigma_i = Delta_i sqrt(2 q T ln(1/delta_i)) / eps_i``
-  this is ``eps_i^2 / (2 q Delta_i^2 ln(1/delta_i))``, the ``B_i`` of eq. (25).
-  ``sigma_i = 0`` (no noise) gives ``inf``.
-  """
-  noise = np.asarray(noise, np.float64)
-  if np.any(noise < 0) or np.any(np.isnan(noise)):
-    raise ValueError(f"noise scales must be >= 0, got {noise}")
-  with np.errstate(divide="ignore"):
-    return np.where(noise > 0, rounds / np.square(noise), np.inf)
 
 
 def eq25_sigma(budget: np.ndarray, spent: np.ndarray, horizon: int, t: int) -> np.ndarray:
@@ -169,10 +155,7 @@ def init(ctx: NoiseContext) -> CrdState:
     raise ValueError(f"schedule.beta must be in (0, 1) for CRD, got {beta}")
   if not math.isfinite(zeta):
     raise ValueError(f"schedule.zeta must be finite, got {zeta}")
-  rounds = int(ctx.rounds)
-  if rounds < 1:
-    raise ValueError(f"rounds must be >= 1, got {rounds}")
-  budget = budget_from_noise(ctx.noise_fn(rounds), rounds)
+  rounds, _, budget = constant_budget(ctx)
   return CrdState(budget, np.zeros_like(budget), rounds, math.inf, 0, 0, beta, zeta)
 
 

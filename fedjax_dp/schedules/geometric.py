@@ -85,7 +85,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 PARAMS: Mapping[str, float] = {"theta": 1.0, "refine": 0.0, "alpha_d": 0.9,
                                "refine_patience": 1.0, "refine_tol": 0.0, "refine_exact": 0.0}
@@ -230,14 +230,7 @@ def init(ctx: NoiseContext) -> GeometricState:
   tol = _param(ctx, "refine_tol")
   if not (math.isfinite(tol) and tol >= 0):
     raise ValueError(f"schedule.refine_tol must be >= 0, got {tol}")
-  rounds = int(ctx.rounds)
-  if rounds < 1:
-    raise ValueError(f"rounds must be >= 1, got {rounds}")
-  noise = np.asarray(ctx.noise_fn(rounds), np.float64)
-  if np.any(noise < 0) or np.any(np.isnan(noise)):
-    raise ValueError(f"noise scales must be >= 0, got {noise}")
-  with np.errstate(divide="ignore"):
-    budget = np.where(noise > 0, rounds / np.square(noise), np.inf)
+  rounds, noise, budget = constant_budget(ctx)
   return GeometricState(base_from_constant(noise, rounds, theta), budget, np.zeros_like(noise),
                         rounds, (), math.inf, 0, 0, 0, theta, refine, alpha_d, int(patience),
                         tol, exact)

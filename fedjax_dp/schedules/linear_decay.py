@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 PARAMS: Mapping[str, float] = {"decay_fraction": 0.5, "decay_floor": 0.1}
 
@@ -116,14 +116,7 @@ def init(ctx: NoiseContext) -> LinearDecayState:
     raise ValueError(f"schedule.decay_fraction must be >= 0, got {frac}")
   if not 0.0 < floor <= 1.0:
     raise ValueError(f"schedule.decay_floor must be in (0, 1], got {floor}")
-  rounds0 = int(ctx.rounds)
-  if rounds0 < 1:
-    raise ValueError(f"rounds must be >= 1, got {rounds0}")
-  sigma0 = np.asarray(ctx.noise_fn(rounds0), np.float64)
-  if np.any(sigma0 < 0) or np.any(np.isnan(sigma0)):
-    raise ValueError(f"noise scales must be >= 0, got {sigma0}")
-  with np.errstate(divide="ignore"):
-    budget = np.where(sigma0 > 0, rounds0 / np.square(sigma0), np.inf)
+  rounds0, sigma0, budget = constant_budget(ctx)
   horizon = stopping_round(frac, floor, rounds0)
   return LinearDecayState(sigma0, frac, floor, rounds0, budget, np.zeros_like(sigma0),
                           horizon, 0)

@@ -308,14 +308,28 @@ def gradient_divergence(client_grads, weights=None) -> float:
   Uniform ``p_i = 1/U`` (default) is the proof's eq. (53). ``client_grads`` is a
   ``[U, ...]`` array or a pytree of them (leading client axis).
   """
+  g, p, mean = client_gradient_matrix(client_grads, weights)
+  return float(p @ np.sum(np.square(g - mean), axis=1))
+
+
+def client_gradient_matrix(client_grads, weights=None
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The clients' gradients as rows, their weights and the weighted mean.
+
+  Args:
+    client_grads: a ``[U, ...]`` array or a pytree of them (leading client axis).
+    weights: ``[U]`` client weights ``p_i`` (normalised here); None: uniform ``1/U``.
+
+  Returns:
+    ``(g [U, d] float64, p [U], mean [d] = p @ g)``.
+  """
   import jax
   leaves = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(client_grads)]
   g = np.concatenate([x.reshape(x.shape[0], -1) for x in leaves], axis=1)
   u = g.shape[0]
   p = np.full(u, 1.0 / u) if weights is None else np.asarray(weights, np.float64)
   p = p / p.sum()
-  mean = p @ g
-  return float(p @ np.sum(np.square(g - mean), axis=1))
+  return g, p, p @ g
 
 
 def estimate_constants(loss_fn: Callable[[Any], Any], trajectory: Sequence[Any], *,

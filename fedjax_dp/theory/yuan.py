@@ -428,13 +428,7 @@ def client_gradient_statistics(client_grads, weights=None) -> tuple[float, float
 
   ``grad F = sum_k p_k grad f_k`` with ``p_k = 1/U`` by default (the proofs' ``p_k``).
   """
-  import jax
-  leaves = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(client_grads)]
-  g = np.concatenate([x.reshape(x.shape[0], -1) for x in leaves], axis=1)
-  u = g.shape[0]
-  p = np.full(u, 1.0 / u) if weights is None else np.asarray(weights, np.float64)
-  p = p / p.sum()
-  mean = p @ g
+  g, p, mean = wei.client_gradient_matrix(client_grads, weights)
   norms = np.linalg.norm(g, axis=1)
   gamma = float(p @ np.linalg.norm(g - mean, axis=1))
   second = float(p @ np.square(norms))
