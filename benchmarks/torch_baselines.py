@@ -39,18 +39,10 @@ def cnn_pfl_cifar10(classes: int = 10):
                        nn.Linear(128, classes))
 
 
-def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: float,
-                              seed: int = 0) -> Callable[[], float]:
-  """Wei et al. UDP round: per client one full-batch step on per-example clipped
-  gradients (``torch.func``), Gaussian noise on the upload, weighted average.
-
-  Args:
-    model: a ``torch.nn.Module``.
-    xs: ``[K, n, ...]`` float32 numpy client data; ys: ``[K, n]`` labels.
-
-  Returns:
-    ``round() -> seconds`` running one round over all K clients.
-  """
+def _per_sample_setup(model, xs, ys, seed: int):
+  """What the ``torch.func`` baselines share: the clients' tensors, the model's
+  parameters, a seeded generator and ``per_sample(params, x, y)``, the per-example
+  gradients by ``vmap(grad)`` (materialised, as Opacus-style code does)."""
   torch = _torch()
   from torch.func import functional_call, grad, vmap
 
@@ -63,7 +55,22 @@ def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: floa
     logits = functional_call(model, p, (x[None],))
     return torch.nn.functional.cross_entropy(logits, y[None])
 
-  per_sample = vmap(grad(loss_one), in_dims=(None, 0, 0))
+  return torch, xs_t, ys_t, params, gen, vmap(grad(loss_one), in_dims=(None, 0, 0))
+
+
+def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: float,
+                              seed: int = 0) -> Callable[[], float]:
+  """Wei et al. UDP round: per client one full-batch step on per-example clipped
+  gradients (``torch.func``), Gaussian noise on the upload, weighted average.
+
+  Args:
+    model: a ``torch.nn.Module``.
+    xs: ``[K, n, ...]`` float32 numpy client data; ys: ``[K, n]`` labels.
+
+  Returns:
+    ``round() -> seconds`` running one round over all K clients.
+  """
+  torch, xs_t, ys_t, params, gen, per_sample = _per_sample_setup(model, xs, ys, seed)
 
   def one_round() -> float:
     start = time.perf_counter()
@@ -155,19 +162,7 @@ def dp_sgd_round(model, xs, ys, lr: float, clip: float, local_steps: int, batch_
   of std ``step_noise`` on each step's clipped sum (A-DPFL, DP-SGD) and of std
   ``upload_noise`` on the uploaded model (Wei, Fu); the server averages.
   """
-  torch = _torch()
-  from torch.func import functional_call, grad, vmap
-
-  xs_t = [torch.from_numpy(np.ascontiguousarray(x)) for x in xs]
-  ys_t = [torch.from_numpy(np.asarray(y, np.int64)) for y in ys]
-  global_params = {k: v.detach() for k, v in model.named_parameters()}
-  gen = torch.Generator().manual_seed(seed)
-
-  def loss_one(p, x, y):
-    logits = functional_call(model, p, (x[None],))
-    return torch.nn.functional.cross_entropy(logits, y[None])
-
-  per_sample = vmap(grad(loss_one), in_dims=(None, 0, 0))
+  torch, xs_t, ys_t, global_params, gen, per_sample = _per_sample_setup(model, xs, ys, seed)
 
   def one_round() -> float:
     start = time.perf_counter()
