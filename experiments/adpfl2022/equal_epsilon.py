@@ -1,0 +1,112 @@
+"""The four A-DPFL methods at EQUAL certified epsilon (issue 14 item 8).
+
+The paper compares methods at unequal privacy: A-DPFL's decaying sigma and its
+fixed top-K cohort (no sampling amplification) spend far more budget than DPFL's
+constant sigma = 1 with uniform selection. Here each method's noise is calibrated
+(:func:`fedjax_dp.privacy.calibration.calibrate`) so that its 50 rounds spend the
+same certified epsilon (RDP, delta = 1e-5), for two budgets read from
+``results/fig4.csv`` (run ``fig4_ablation.py`` first):
+
+* ``dpfl``: DPFL's epsilon at sigma = 1 (DPFL unchanged; A-DPFL and CL-FL get
+  more noise);
+* ``adpfl``: A-DPFL's epsilon at the paper's settings (A-DPFL unchanged; DPFL and
+  CL-FL get less noise).
+
+A-DPFL's schedule depends on the run, so its sigma_0 is calibrated on the decay
+pattern (sigma_t / sigma_0) its paper-settings run realised, and the run carries
+``privacy.enforce_budget`` with ``privacy.epsilon`` = the budget: it stops before
+a round would take it past the budget if its realised pattern spends faster.
+CL-FL's epsilon is client-level, the others' example-level: equal numbers, not
+equal guarantees. Writes ``results/equal_epsilon.{csv,png}``. Run from the
+repository root::
+
+  python experiments/adpfl2022/equal_epsilon.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+
+import common
+
+
+def main(argv=None):
+  ap = common.add_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+  args = ap.parse_args(argv)
+  start = time.time()
+  ref = pd.read_csv(common.RESULTS / "fig4.csv")
+  ref = ref[ref["seed"] == 0]
+  base = common.paper_config(args.dataset, "noniid", clients=args.clients, model=args.model,
+                             rounds=args.rounds)
+  methods = ["dpfl", "adpfl"] + (["clfl"] if common.has_clfl() else [])
+  if "clfl" not in methods:
+    print("CL-FL skipped: this engine has no server.clip_rule (server-side median clipping)")
+  paper = {m: common.method_config(base, m) for m in methods}
+  pattern = {m: np.ones(args.rounds) for m in methods}
+  a = ref[ref["method"] == "adpfl"].sort_values("round")["sigma"].to_numpy()
+  pattern["adpfl"] = a / a[0]
+  budgets = {m: float(ref[ref["method"] == m]["epsilon_certified"].iloc[-1])
+             for m in ("dpfl", "adpfl")}
+  cfgs, plan_rows = {}, []
+  for budget_of, target in budgets.items():
+    for m in methods:
+      z_paper = float(paper[m].privacy.noise_multiplier)
+      if m == budget_of:
+        z = z_paper
+      else:
+        z = common.calibrate_multiplier(paper[m], pattern[m], target)
+        cfg = common.method_config(base, m)
+        cfg.privacy.noise_multiplier = z
+        cfg.privacy.epsilon = target
+        cfg.privacy.enforce_budget = True
+        cfgs[f"{m}_at_{budget_of}"] = cfg
+      plan_rows.append({"budget": budget_of, "target_epsilon": target, "method": m,
+                        "sigma0": z / z_paper * common.SIGMA0,
+                        "planned_epsilon": float(common.epsilon_of(paper[m], pattern[m], z))})
+  print(pd.DataFrame(plan_rows).to_string())
+  df = common.run_configs(cfgs, f"equal_eps_{args.dataset}_k{args.clients}")
+  df["method"] = df["run"].str.split("_at_").str[0]
+  df["budget"] = df["run"].str.split("_at_").str[1]
+  # The unchanged methods, and the non-private reference, come from fig4.csv.
+  keep = []
+  for budget_of in budgets:
+    r = ref[ref["method"].isin([budget_of, "nonprivate"])].copy()
+    r["budget"] = budget_of
+    r["run"] = r["method"] + "_paper"
+    keep.append(r)
+  cols = ["run", "method", "budget", "round", "test_accuracy", "sigma", "epsilon_certified"]
+  allrows = pd.concat([df[cols], *[k[cols] for k in keep]], ignore_index=True)
+  fin = allrows.groupby(["budget", "run"], sort=False).tail(1).copy()
+  fin = fin.merge(pd.DataFrame(plan_rows), on=["budget", "method"], how="left")
+  fin["rounds_run"] = fin["round"]
+  fin["epsilon_claimed"] = "none given"
+  common.write(fin[["budget", "target_epsilon", "method", "sigma0", "planned_epsilon",
+                    "epsilon_certified", "rounds_run", "test_accuracy", "epsilon_claimed"]],
+               "equal_epsilon")
+  common.write(allrows, "equal_epsilon_rounds")
+  print(fin.to_string())
+  plt = common.plt()
+  fig, axes = plt.subplots(1, len(budgets), figsize=(5.5 * len(budgets), 4), sharey=True)
+  for ax, (budget_of, target) in zip(np.atleast_1d(axes), budgets.items()):
+    for m in common.METHODS:
+      t = allrows[(allrows["budget"] == budget_of) & (allrows["method"] == m)]
+      if len(t):
+        ax.plot(t["round"], t["test_accuracy"], label=common.LABELS[m])
+    ax.set_title(f"all at epsilon = {target:.3g} ({budget_of}'s budget)", fontsize=9)
+    ax.set_xlabel("round")
+    ax.grid(alpha=0.3)
+  np.atleast_1d(axes)[0].set_ylabel("test accuracy")
+  np.atleast_1d(axes)[0].legend(fontsize=8)
+  fig.suptitle(f"A-DPFL methods at equal certified epsilon (delta=1e-5), non-IID "
+               f"{args.dataset}, K={args.clients}, {args.model}", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(common.RESULTS / "equal_epsilon.png", dpi=110)
+  common.save_meta("equal_epsilon", start, clients=args.clients, model=args.model)
+
+
+if __name__ == "__main__":
+  main()
