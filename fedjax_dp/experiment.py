@@ -44,8 +44,12 @@ from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy.plan import (PrivacyPlan, make_privacy_plan, private_median_split,
-                                    selection_probability)
+from fedjax_dp.privacy.plan import (
+  PrivacyPlan,
+  make_privacy_plan,
+  private_median_split,
+  selection_probability,
+)
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.schedules import NoiseContext, get_schedule
 

@@ -26,7 +26,6 @@ from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import plan as plan_lib
 from fedjax_dp.privacy.plan import make_privacy_plan
 
-
 MODEL = get_model("linear_svm", (2,), 2)
 N = 6          # examples per client in the sensitivity search
 TRIALS = 64

@@ -533,7 +533,8 @@ class PrivacyPlan:
             if self.poisson_steps else
             "none: each client is charged the rounds it was selected in"
             if self.rule.deterministic else ev.sampling),
-        "assumption": self.rule.assumption}
+        "assumption": (self.rule.assumption if not self.poisson_steps else
+                       "; ".join(filter(None, [self.rule.assumption, POISSON_ASSUMPTION])))}
     return {
         "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
@@ -544,6 +545,11 @@ class PrivacyPlan:
         "clip_rule": self.clip_rule,
         "accounting": accounting_info}
 
+
+POISSON_ASSUMPTION = (
+    "client.minibatch='poisson': each client's example count |D_i| (hence q_i = B / "
+    "|D_i| and the number of steps) is a public parameter of the mechanism, held fixed "
+    "when one example is added or removed (the DP-SGD convention for the dataset size)")
 
 MEDIAN_REASON = (
     "server.clip_rule='median' (Geyer et al. 2017 as printed): the clip bound S is the "
