@@ -38,6 +38,11 @@ from fedjax_dp.privacy import clipping, mechanisms
 PyTree = Any
 CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2",
               "step_grad_l1", "step_grad_l2")
+# How a minibatch is drawn at each local step (``client.minibatch``): ``shuffle`` takes
+# ``batch_size`` examples uniformly without replacement; ``poisson`` takes every example
+# independently with probability ``q_i = batch_size / |D_i|`` (DP-SGD's sampling, whose
+# subsampled-Gaussian accounting is exact; Abadi et al. 2016, Mironov et al. 2019).
+MINIBATCHES = ("shuffle", "poisson")
 UPLOAD_TAG = 1 << 20  # step keys use fold_in(key, s) with s < UPLOAD_TAG
 MAX_UNROLLED_STEPS = 8  # more local steps run as a loop (compile time grows with E)
 
@@ -56,6 +61,12 @@ class ClientConfig:
     l2_reg: coefficient kappa of ``kappa/2 ||w||^2`` (Wei's SVM, eq. (32)); its
       gradient is data-independent, so it is added after clipping.
     chunk_size: per-example-gradient chunk for models without ghost clipping.
+    minibatch: one of :data:`MINIBATCHES`. ``'poisson'`` includes each real example
+      independently with ``q_i = min(1, batch_size / |D_i|)`` by a mask over all of
+      the client's (padded) examples, so shapes stay fixed and a step costs a pass
+      over ``n_max`` examples, not ``batch_size``; the step's (noised) clipped sum is
+      divided by the EXPECTED batch size ``batch_size``, never by the realised one
+      (which would make the release's scale data dependent).
   """
 
   local_steps: int = 1
@@ -65,6 +76,7 @@ class ClientConfig:
   mechanism: str = "gaussian"
   l2_reg: float = 0.0
   chunk_size: int = 64
+  minibatch: str = "shuffle"
 
   def __post_init__(self):
     if self.local_steps < 1:
@@ -79,6 +91,11 @@ class ClientConfig:
     if self.mechanism not in mechanisms.MECHANISMS:
       raise ValueError(f"privacy.mechanism: unknown {self.mechanism!r}; "
                        f"known: {mechanisms.MECHANISMS}")
+    if self.minibatch not in MINIBATCHES:
+      raise ValueError(f"client.minibatch: unknown {self.minibatch!r}; known: {MINIBATCHES}")
+    if self.minibatch == "poisson" and self.batch_size < 1:
+      raise ValueError("client.minibatch='poisson' needs client.batch_size >= 1 (the "
+                       "expected batch size B; q_i = B / |D_i|)")
 
 
 class ClientHParams(NamedTuple):
@@ -89,12 +106,15 @@ class ClientHParams(NamedTuple):
     clip: clipping threshold C.
     step_noise: noise scale on each step's summed gradient (placement ``'step'``).
     upload_noise: noise scale on the uploaded model (placement ``'upload'``).
+    count: the client's example count |D_i| as the mechanism's public parameter
+      (``client.minibatch='poisson'``: ``q_i = B / count``); ``None``: ``sum(mask)``.
   """
 
   lr: jax.Array
   clip: jax.Array
   step_noise: jax.Array
   upload_noise: jax.Array
+  count: jax.Array | None = None
 
 
 class ClientOutput(NamedTuple):
@@ -106,11 +126,14 @@ class ClientOutput(NamedTuple):
     grad_norm: mean per-example gradient norm in the first step (with ``step_grad_*``:
       the norm of the step's mean gradient; 0 otherwise); useful for choosing C (Wei
       spec section 10 item 3).
+    update_norm: ``||w_local - w_global||_2`` before ``update_l2`` clipping (0 for
+      other clip modes); the server's adaptive clip rules count it (engine).
   """
 
   params: PyTree
   loss: jax.Array
   grad_norm: jax.Array
+  update_norm: jax.Array | None = None
 
 
 def _select_batch(key, x, y, mask, batch_size):
@@ -123,6 +146,20 @@ def _select_batch(key, x, y, mask, batch_size):
   scores = jax.random.uniform(key, mask.shape) + 2.0 * (1.0 - mask)
   idx = jnp.argsort(scores)[:batch_size]
   return x[idx], y[idx], mask[idx]
+
+
+def poisson_batch_mask(key, mask, batch_size, count=None):
+  """``[n_max]`` Poisson minibatch: each real example is in with ``q = min(1, B / n)``.
+
+  ``n`` is the client's example count |D_i| (``count``, default ``sum(mask)``), which
+  the accounting treats as a public parameter of the mechanism (as DP-SGD treats the
+  dataset size: Abadi et al. 2016); padding is never included. Example j is in iff
+  its own uniform draw ``u_j < q``: inclusions are independent across examples and
+  steps (fresh keys), and one example's presence never changes another's draw.
+  """
+  n = jnp.maximum(jnp.sum(mask) if count is None else jnp.asarray(count, jnp.float32), 1.0)
+  q = jnp.minimum(batch_size / n, 1.0)
+  return mask * (jax.random.uniform(key, mask.shape) < q).astype(mask.dtype)
 
 
 def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax.Array,
@@ -152,11 +189,17 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   def step(params, inputs):
     s, lr_s = inputs
     skey = jax.random.fold_in(key, s)
-    if cfg.batch_size:
+    if cfg.minibatch == "poisson":
+      xb, yb = x, y
+      wb = poisson_batch_mask(jax.random.fold_in(skey, 0), mask, cfg.batch_size, hp.count)
+    elif cfg.batch_size:
       xb, yb, wb = _select_batch(jax.random.fold_in(skey, 0), x, y, mask, cfg.batch_size)
     else:
       xb, yb, wb = x, y, mask
     denom = jnp.maximum(jnp.sum(wb), 1.0)
+    # Poisson: divide by the expected size B (a constant), so the step's release is
+    # (clipped sum + noise) / B with sensitivity C / B under add/remove of one example.
+    gdenom = jnp.float32(cfg.batch_size) if cfg.minibatch == "poisson" else denom
     if per_example:
       gsum, losses, norms = clipping.per_example_clipped_grad_sum(
           model, params, xb, yb, wb, hp.clip, ord, cfg.chunk_size)
@@ -177,7 +220,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
                                   cfg.mechanism)
     new = jax.tree_util.tree_map(
-        lambda p, g: p - lr_s * (g / denom + cfg.l2_reg * p), params, gsum)
+        lambda p, g: p - lr_s * (g / gdenom + cfg.l2_reg * p), params, gsum)
     if cfg.clip_mode == "param_l2":
       new, _ = clipping.clip_by_norm(new, hp.clip)
     return new, (jnp.sum(losses * wb) / denom, mean_norm)
@@ -188,11 +231,12 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
   params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
+  update_norm = jnp.zeros(())
   if cfg.clip_mode == "update_l2":
     delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
-    delta, _ = clipping.clip_by_norm(delta, hp.clip)
+    delta, update_norm = clipping.clip_by_norm(delta, hp.clip)
     params = jax.tree_util.tree_map(jnp.add, global_params, delta)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
                                   hp.upload_noise, cfg.mechanism)
-  return ClientOutput(params, losses[0], norms[0])
+  return ClientOutput(params, losses[0], norms[0], update_norm)

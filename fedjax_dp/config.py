@@ -62,7 +62,13 @@ def base_config() -> ConfigDict:
 
   c.client = ConfigDict()
   c.client.local_steps = 1       # E
-  c.client.batch_size = 0        # 0 = full batch
+  c.client.batch_size = 0        # 0 = full batch; B (expected B for minibatch=poisson)
+  # shuffle: B examples without replacement per step | poisson: each example joins each
+  # step's batch with q_i = B / |D_i| (DP-SGD's sampling; exact subsampled-Gaussian
+  # accounting at example level, add/remove; needs privacy.placement=step with
+  # per_example_l2 clipping and the Gaussian mechanism). client.local_steps counts
+  # the steps: one local epoch is round(|D_i| / B) of them.
+  c.client.minibatch = "shuffle"
   c.client.lr = 0.1              # eta
   c.client.lr_decay = 1.0        # local schedule: lr * lr_decay**s at local step s
   c.client.clip_mode = "per_example_l2"
@@ -82,6 +88,16 @@ def base_config() -> ConfigDict:
   # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
   c.server.aggregation = "normalized"
   c.server.lr = 1.0
+  # The server's clip bound S on update_l2 updates (privacy.placement=central):
+  # fixed (S = client.clip) | median (Geyer et al. 2017 CL-FL as printed: S = median of
+  # the cohort's update norms; data dependent, so certified epsilon = inf and the RDP
+  # value for a fixed S is reported as the claim) | private_median (Andrew et al. 2021
+  # adaptive clipping: S_t moves geometrically toward the clip_quantile of the update
+  # norms from a noisy count; the count's noise is taken out of the round's budget)
+  c.server.clip_rule = "fixed"
+  c.server.clip_quantile = 0.5     # private_median: target quantile gamma
+  c.server.clip_lr = 0.2           # private_median: geometric step eta_C
+  c.server.clip_count_std = -1.0   # private_median: count noise std; < 0 = K / 20
   # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
   # memory is bounded by one chunk. 0 = all K at once; -1 (default) = from the free
   # memory and, on CPU, the cache (engine.client_chunk_for_memory): the fast path
@@ -254,6 +270,22 @@ def validate(cfg: ConfigDict) -> None:
                       f"(U={u})]")
   if cfg.server.selection == "poisson" and not 0.0 < float(cfg.server.q) <= 1.0:
     raise ConfigError(f"server.q must be in (0, 1] for Poisson selection, got {cfg.server.q}")
+  minibatch = cfg.client.get("minibatch", "shuffle")
+  if minibatch not in ("shuffle", "poisson"):
+    raise ConfigError(f"client.minibatch: unknown {minibatch!r}; known: ['poisson', 'shuffle']")
+  if minibatch == "poisson" and int(cfg.client.batch_size) < 1:
+    raise ConfigError("client.minibatch='poisson' needs client.batch_size >= 1 (the expected "
+                      f"batch size B, q_i = B / |D_i|), got {cfg.client.batch_size}")
+  clip_rule = cfg.server.get("clip_rule", "fixed")
+  if clip_rule not in ("fixed", "median", "private_median"):
+    raise ConfigError(f"server.clip_rule: unknown {clip_rule!r}; known: "
+                      "['fixed', 'median', 'private_median']")
+  if clip_rule == "private_median":
+    if not 0.0 < float(cfg.server.clip_quantile) < 1.0:
+      raise ConfigError(f"server.clip_quantile must be in (0, 1), got "
+                        f"{cfg.server.clip_quantile}")
+    if not float(cfg.server.clip_lr) > 0.0:
+      raise ConfigError(f"server.clip_lr must be > 0, got {cfg.server.clip_lr}")
   if float(cfg.client.clip) <= 0:
     raise ConfigError(f"client.clip must be > 0, got {cfg.client.clip}")
   if float(cfg.client.lr) <= 0:

@@ -55,6 +55,12 @@ SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side no
 AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
 STREAM_TAG = 3  # stream s > 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s)
+COUNT_NOISE_TAG = 4  # server_key -> fold_in(., 4): noise of the clip rule's count
+# server.clip_rule: how the server's update clip bound S is set (central placement,
+# update_l2): fixed (S = client.clip) | median (Geyer et al. 2017: the cohort's median
+# update norm; data dependent, certified epsilon inf) | private_median (Andrew et al.
+# 2021: S_t from a noisy count of unclipped updates, updated by the host).
+CLIP_RULES = ("fixed", "median", "private_median")
 
 
 class RoundArgs(NamedTuple):
@@ -76,6 +82,9 @@ class RoundArgs(NamedTuple):
     stream: the run's random stream (``privacy.noise_stream``): points of a sweep
       that share a seed, and so a cohort, draw independent noise and minibatches
       when their streams differ. 0 is the seed's own stream.
+    count_noise: ``clip_rule='private_median'``: std of the Gaussian noise on the
+      count of selected clients whose update norm is at most ``clip`` (Andrew et al.
+      2021, the ``sigma_b`` of their Alg. 1); 0 otherwise.
   """
 
   idx: jax.Array
@@ -89,6 +98,7 @@ class RoundArgs(NamedTuple):
   seed: jax.Array
   data_id: jax.Array | int = 0
   stream: jax.Array | int = 0
+  count_noise: jax.Array | float = 0.0
 
 
 class RoundMetrics(NamedTuple):
@@ -98,6 +108,9 @@ class RoundMetrics(NamedTuple):
   grad_norm: jax.Array      # mean per-example gradient norm (per-example clipping)
   num_selected: jax.Array
   update_norm: jax.Array    # ||w^{t+1} - w^t||_2
+  clip_bound: jax.Array | float = 0.0  # the update clip S the round used (update_l2)
+  # private_median: noisy count of selected clients with update norm <= S (released)
+  clip_count: jax.Array | float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +148,15 @@ class RoundConfig:
       float summation order; ``False`` forces the per-client path.
     expected_fraction: ``aggregation='fixed'`` only: the expected share of all
       examples selected in a round (q, or K/U).
+    clip_rule: one of :data:`CLIP_RULES` (``update_l2`` clipping with central noise):
+      ``'fixed'`` clips every update to ``args.clip``; ``'median'`` first trains the
+      cohort once to measure its update norms, sets ``S`` to their median (per
+      point), then trains it again (same keys, same updates) clipping to ``S`` and
+      scales the central noise by ``S / args.clip`` (Geyer et al. 2017: noise
+      ``sigma S``); ``'private_median'`` clips to ``args.clip`` (the host's ``S_t``)
+      and also releases the count of unclipped updates plus ``N(0, count_noise^2)``
+      in ``RoundMetrics.clip_count``. Both adaptive rules train per client (no
+      one-step fusion).
     conv_impl: how a CNN's convolutions compute in the round
       (:class:`fedjax_dp.models.layers.Conv`): ``'conv'`` (XLA convolutions),
       ``'im2col'`` (unfolded input and a matmul) or ``'auto'`` (:func:`conv_impl_for`:
@@ -151,6 +173,7 @@ class RoundConfig:
   fuse_one_step: bool = True
   expected_fraction: float = 1.0
   conv_impl: str = "auto"
+  clip_rule: str = "fixed"
 
   def __post_init__(self):
     if not 0.0 < self.expected_fraction <= 1.0:
@@ -159,6 +182,15 @@ class RoundConfig:
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
+    if self.clip_rule not in CLIP_RULES:
+      raise ValueError(f"server.clip_rule: unknown {self.clip_rule!r}; known: {CLIP_RULES}")
+    if self.clip_rule != "fixed" and (self.client.clip_mode != "update_l2"
+                                      or self.client.noise_placement not in ("central",
+                                                                             "none")):
+      raise ValueError(f"server.clip_rule={self.clip_rule!r} clips the clients' updates at "
+                       "the server: it needs client.clip_mode='update_l2' and "
+                       "privacy.placement='central' (or 'none'); got "
+                       f"{self.client.clip_mode!r}, {self.client.noise_placement!r}")
     if self.conv_impl not in CONV_IMPLS:
       raise ValueError(f"server.conv_impl: unknown {self.conv_impl!r}; known: {CONV_IMPLS}")
     if self.client_chunk < 0:
@@ -302,7 +334,8 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   client_cfg = (dataclasses.replace(cfg.client, noise_placement="none")
                 if cfg.aggregate_upload_noise else cfg.client)
 
-  fuse = cfg.fuse_one_step and one_step.fusable(model, client_cfg)
+  fuse = cfg.fuse_one_step and cfg.clip_rule == "fixed" and one_step.fusable(model, client_cfg)
+  count_rule = cfg.clip_rule == "private_median"
 
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
@@ -315,7 +348,9 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
       keys = client_keys(cohort.seed, cohort.round, idx, a.stream)
       hp = client_lib.ClientHParams(
           lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
-          clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz)
+          clip=jnp.broadcast_to(a.clip, (b,)), step_noise=nz, upload_noise=nz,
+          count=d.counts.astype(jnp.float32))
+      count = jnp.zeros(())
       if fuse:
         agg, loss, grad_norm = one_step.block_sum(model, client_cfg, p, d.x, d.y, d.mask,
                                                   keys, hp, c / agg_denom)
@@ -326,17 +361,61 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
         agg = jax.tree_util.tree_map(lambda w: jnp.tensordot(c / agg_denom, w, axes=1),
                                      out.params)
         loss, grad_norm = out.loss, out.grad_norm
+        if count_rule:  # Andrew et al.'s b_i = 1[||Delta_i|| <= S_t], unweighted
+          count = jnp.sum(sel * (out.update_norm <= a.clip).astype(jnp.float32))
       return (agg, jnp.sum(c / selected_denom * loss),
-              jnp.sum(c / selected_denom * grad_norm))
+              jnp.sum(c / selected_denom * grad_norm), count)
 
     return lanes(one_point)(params, args, noise)
+
+  def norms_block(idx, sel):
+    """Unclipped update norms ``[B]`` (per point) of one block (``clip_rule='median'``):
+    the same local training and keys as the clipped pass, without the final clip."""
+    d = gather_block(idx)
+    b = idx.shape[0]
+    norm_cfg = dataclasses.replace(client_cfg, clip_mode="none", noise_placement="none")
+
+    def one_point(p, a):
+      keys = client_keys(cohort.seed, cohort.round, idx, a.stream)
+      zero = jnp.zeros((b,))
+      hp = client_lib.ClientHParams(
+          lr=jnp.broadcast_to(a.lr, (b,) + jnp.shape(a.lr)),
+          clip=jnp.broadcast_to(a.clip, (b,)), step_noise=zero, upload_noise=zero,
+          count=d.counts.astype(jnp.float32))
+      update = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))
+      out = update(model, norm_cfg, p, d.x, d.y, d.mask, keys, hp)
+      sq = sum(jnp.sum(jnp.square(w - g[None]), axis=tuple(range(1, w.ndim)))
+               for w, g in zip(jax.tree_util.tree_leaves(out.params),
+                               jax.tree_util.tree_leaves(p)))
+      return jnp.sqrt(sq)
+
+    return lanes(one_point)(params, args)
 
   def gather_block(idx):
     return jax.tree_util.tree_map(lambda a: gather(a, idx), data)
 
   chunk = cfg.client_chunk
+  if cfg.clip_rule == "median":
+    # Geyer et al. (2017): S = median of the cohort's update norms, then every update
+    # is clipped to S and the central noise is sigma S (the host planned it for
+    # args.clip). The median reads the data: no sensitivity bound holds (the plan
+    # certifies inf).
+    if chunk <= 0 or chunk >= k:
+      norms = norms_block(cohort.idx, cohort.sel_mask)
+    else:
+      num_chunks = -(-k // chunk)
+      xs = (_chunked(cohort.idx, num_chunks, chunk, cohort.idx[0]),
+            _chunked(cohort.sel_mask, num_chunks, chunk, 0.0))
+      _, norms = jax.lax.scan(lambda c, i: (c, norms_block(*i)), 0, xs)
+      # [chunks, (L,) B] -> [(L,) K]: slot s sits in chunk s % num_chunks (_chunked).
+      norms = jnp.moveaxis(norms, 0, -1)
+      norms = norms.reshape(norms.shape[:-2] + (-1,))[..., :k]
+    s_median = lanes(lambda nm: masked_median(nm, cohort.sel_mask))(norms)
+    args = args._replace(central_noise=args.central_noise * s_median / args.clip,
+                         clip=s_median)
   if chunk <= 0 or chunk >= k:
-    aggregate, train_loss, grad_norm = block(cohort.idx, cohort.sel_mask, args.noise)
+    aggregate, train_loss, grad_norm, clip_count = block(cohort.idx, cohort.sel_mask,
+                                                         args.noise)
   else:
     num_chunks = -(-k // chunk)
     noise = lanes(lambda nz: _chunked(nz, num_chunks, chunk, 0.0))(args.noise)
@@ -350,10 +429,10 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
       return jax.tree_util.tree_map(jnp.add, acc, block(*inputs)), None
 
     zeros = lanes(lambda p: (jax.tree_util.tree_map(jnp.zeros_like, p), jnp.zeros(()),
-                             jnp.zeros(())))(params)
-    (aggregate, train_loss, grad_norm), _ = jax.lax.scan(body, zeros, xs)
+                             jnp.zeros(()), jnp.zeros(())))(params)
+    (aggregate, train_loss, grad_norm, clip_count), _ = jax.lax.scan(body, zeros, xs)
 
-  def finish(p, a, agg, loss, norm, on):
+  def finish(p, a, agg, loss, norm, count, on):
     if cfg.aggregation == "normalized":
       # No client selected (possible under Poisson sampling): keep the global model.
       agg = jax.tree_util.tree_map(lambda x, y: jnp.where(total_selected > 0, x, y), agg, p)
@@ -370,16 +449,30 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
       agg = mechanisms.add_noise(
           jax.random.fold_in(server_key(a.seed, a.round, a.stream), AGGREGATE_NOISE_TAG), agg, std,
           "gaussian")
+    if count_rule:
+      count = count + a.count_noise * jax.random.normal(
+          jax.random.fold_in(server_key(a.seed, a.round, a.stream), COUNT_NOISE_TAG), ())
     new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
     update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
                     zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(p)))
     metrics = RoundMetrics(train_loss=loss, grad_norm=norm,
                            num_selected=jnp.sum(cohort.sel_mask),
-                           update_norm=jnp.sqrt(update_sq))
+                           update_norm=jnp.sqrt(update_sq),
+                           clip_bound=jnp.asarray(a.clip, jnp.float32), clip_count=count)
     # Inactive points (finished, or padding lanes) keep their model.
     return jax.tree_util.tree_map(lambda n, o: jnp.where(on, n, o), new, p), metrics
 
-  return lanes(finish)(params, args, aggregate, train_loss, grad_norm, active)
+  return lanes(finish)(params, args, aggregate, train_loss, grad_norm, clip_count, active)
+
+
+def masked_median(values: jax.Array, mask: jax.Array) -> jax.Array:
+  """Median of ``values [K]`` where ``mask > 0`` (the mean of the two middle ones for
+  an even count); 0 when nothing is selected."""
+  n = jnp.sum(mask > 0)
+  v = jnp.sort(jnp.where(mask > 0, values, jnp.inf))
+  lo = v[jnp.maximum((n - 1) // 2, 0)]
+  hi = v[jnp.maximum(n // 2, 0)]
+  return jnp.where(n > 0, 0.5 * (lo + hi), 0.0)
 
 
 def round_step(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
@@ -591,7 +684,8 @@ def round_args_sharding(mesh) -> RoundArgs:
   ('sweep', -, 'clients'), the rest ``[G, L, ...]`` over 'sweep'."""
   pts, pc = sharding.points(mesh), sharding.point_clients(mesh)
   return RoundArgs(idx=pc, sel_mask=pc, lr=pts, clip=pts, noise=pc, central_noise=pts,
-                   server_lr=pts, round=pts, seed=pts, data_id=pts, stream=pts)
+                   server_lr=pts, round=pts, seed=pts, data_id=pts, stream=pts,
+                   count_noise=pts)
 
 
 def available_memory_bytes(device: jax.Device | None = None) -> int:

@@ -44,7 +44,12 @@ from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
+from fedjax_dp.privacy.plan import (
+  PrivacyPlan,
+  make_privacy_plan,
+  private_median_split,
+  selection_probability,
+)
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.schedules import NoiseContext, get_schedule
 
@@ -122,14 +127,15 @@ def _client_round_config(cfg, client_chunk: int = 0) -> engine.RoundConfig:
       local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
       clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
-      chunk_size=cfg.client.chunk_size)
+      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"))
   fraction = 1.0
   if cfg.server.aggregation == "fixed":  # the expected share of examples in a round
     fraction = selection_probability(cfg)
   return engine.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
                             aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
                             expected_fraction=fraction,
-                            conv_impl=cfg.server.get("conv_impl", "auto"))
+                            conv_impl=cfg.server.get("conv_impl", "auto"),
+                            clip_rule=cfg.server.get("clip_rule", "fixed"))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:
@@ -257,6 +263,12 @@ class RunLoop:
     self._pending: _Pending | None = None
     self.wall_offset = 0.0  # wall seconds spent before a resume
     self.restored_params = None
+    # server.clip_rule: the adaptive clip bound S_t (private_median: Andrew et al. 2021,
+    # updated on the host from each round's released noisy count).
+    self.clip_rule = cfg.server.get("clip_rule", "fixed")
+    self.clip_bound = float(cfg.client.clip)
+    self.columns = METRIC_COLUMNS + (("clip_bound", "clip_count")
+                                     if self.clip_rule != "fixed" else ())
     ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
@@ -277,6 +289,27 @@ class RunLoop:
     self.state, self.acct, self.rows, self.wall_offset = (st.schedule_state, st.acct, st.rows,
                                                           st.wall)
     self.restored_params = params
+    if self.clip_rule == "private_median" and self.rows:  # S_t follows from the last row
+      last = self.rows[-1]
+      self.clip_bound = self._next_clip(float(last["clip_bound"]), float(last["clip_count"]))
+
+  def _expected_cohort(self) -> float:
+    """m: the expected number of clients per round (K, or q U)."""
+    return max(self.privacy.q * self.setup.num_clients, 1.0)
+
+  def _count_std(self) -> float:
+    """sigma_b of the noisy count (``server.clip_count_std``; < 0: Andrew et al.'s
+    default m / 20)."""
+    std = float(self.cfg.server.get("clip_count_std", -1.0))
+    return self._expected_cohort() / 20.0 if std < 0 else std
+
+  def _next_clip(self, bound: float, count: float) -> float:
+    """Andrew et al. (2021) geometric update toward the ``gamma`` quantile of the
+    update norms: ``S_{t+1} = S_t exp(-eta_C (b_t - gamma))`` with ``b_t`` the noisy
+    count of unclipped updates divided by the expected cohort size m."""
+    gamma = float(self.cfg.server.get("clip_quantile", 0.5))
+    eta = float(self.cfg.server.get("clip_lr", 0.2))
+    return bound * math.exp(-eta * (count / self._expected_cohort() - gamma))
 
   @property
   def checkpoint_due(self) -> bool:
@@ -294,7 +327,7 @@ class RunLoop:
                               self.rows, wall)
     ckpt_lib.save(self.run_dir.path / ckpt_lib.FILENAME, state, params, self.cfg.to_dict())
     # metrics.csv follows the checkpoint (a partial file, still written atomically).
-    self.run_dir.write_metrics(self.rows, METRIC_COLUMNS)
+    self.run_dir.write_metrics(self.rows, self.columns)
 
   def interrupt(self, wall: float, params: Any, **extra: Any) -> RunResult:
     """Stops between rounds (SIGINT): saves a checkpoint to resume from, then writes
@@ -334,12 +367,23 @@ class RunLoop:
       return None
     evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
     self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate)
+    clip, count_noise = float(cfg.client.clip), 0.0
+    if self.clip_rule == "private_median":
+      # The accountant charged multiplier z = central_noise / Delta(C); the device
+      # splits it between the sum (z_sum, at the bound S_t) and the count
+      # (plan.private_median_split), so the joint release is that z.
+      sens = float(privacy.sensitivity[0])
+      z = central_noise / sens if central_noise > 0 else math.inf
+      count_noise = self._count_std()
+      z_sum = private_median_split(z, count_noise)
+      clip = self.clip_bound
+      central_noise = 0.0 if math.isinf(z_sum) else z_sum * sens * clip / float(cfg.client.clip)
     return engine.RoundArgs(
         idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
-        clip=np.float32(cfg.client.clip), noise=np.asarray(client_noise[idx], np.float32),
+        clip=np.float32(clip), noise=np.asarray(client_noise[idx], np.float32),
         central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
         round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0),
-        stream=np.int32(cfg.privacy.noise_stream))
+        stream=np.int32(cfg.privacy.noise_stream), count_noise=np.float32(count_noise))
 
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
              wall: float) -> None:
@@ -360,6 +404,11 @@ class RunLoop:
         "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
         "horizon": p.plan.horizon, "epsilon_claimed": self.privacy.claimed_epsilon(self.acct),
         "epsilon_certified": p.certified, "wall_s": round(wall, 3)}
+    if self.clip_rule != "fixed":
+      row["clip_bound"] = float(metrics["clip_bound"])
+      row["clip_count"] = float(metrics["clip_count"])
+      if self.clip_rule == "private_median":
+        self.clip_bound = self._next_clip(row["clip_bound"], row["clip_count"])
     self.rows.append(row)
     if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
       self.status, self.diverged_round, self.running = "diverged", self.t + 1, False
@@ -368,7 +417,7 @@ class RunLoop:
         k: v for k, v in row.items() if isinstance(v, (int, float))})
     self.t += 1
     if self.run_dir and self.t % 25 == 0 and not self.checkpoint_due:
-      self.run_dir.write_metrics(self.rows, METRIC_COLUMNS)  # partial progress, still atomic
+      self.run_dir.write_metrics(self.rows, self.columns)  # partial progress, still atomic
 
   def finish(self, wall: float, params: Any, **extra: Any) -> RunResult:
     """Writes ``model.msgpack`` (the final ``params``), the last checkpoint,
@@ -394,7 +443,7 @@ class RunLoop:
         if self.checkpoint_every:
           self.save_checkpoint(params, wall)
         ckpt_lib.save_model(self.run_dir.path / ckpt_lib.MODEL_FILENAME, params)
-      self.run_dir.write_metrics(rows, METRIC_COLUMNS)
+      self.run_dir.write_metrics(rows, self.columns)
       self.run_dir.write_plot(rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}, "
                               f"eps={privacy.target_epsilon:g}")
       self.run_dir.write_summary(summary)

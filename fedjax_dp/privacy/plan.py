@@ -20,6 +20,11 @@ upload        param_l2, update_l2    2 C (the clipped vector moves   same
                                      L1 (Laplace): 2 C sqrt(d)
 step          per_example_*          2 C per step (summed clipped    E-fold composition,
                                      gradient, replace-one)          the rule's event
+step,         per_example_l2         C per step (summed clipped      Poisson-subsampled
+client.mini-                         gradient, ADD/REMOVE one        Gaussian (q_i = B /
+batch=poisson                        example; divided by the         |D_i|) x E steps,
+                                     expected batch B)               charged in the rounds
+                                                                     the client is selected
 central       update_l2              2 C max_i p_i (replace-one      client-level, the
                                      client in the weighted mean)    rule's event
 upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-level, the
@@ -266,6 +271,15 @@ class PrivacyPlan:
     level: the privacy unit the release's sensitivity is proved for:
       ``'example'`` (one record of a client) or ``'client'`` (a client's whole
       dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
+    minibatch: ``client.minibatch``; ``'poisson'`` switches the accounting to
+      :meth:`poisson_step_event` (add/remove, Poisson-subsampled Gaussian per step).
+    batch_q: ``[U]`` the per-step inclusion rate ``q_i = min(1, B / |D_i|)``
+      (``'poisson'`` only).
+    clip_rule: ``server.clip_rule`` (central placement): ``'fixed'`` and
+      ``'private_median'`` are certified by the events below; ``'median'`` (Geyer et
+      al. 2017 as printed) clips to a data-dependent bound, so its release has no
+      provable sensitivity: the certified epsilon is ``inf`` and the accountant's
+      value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
   """
 
   mechanism: str
@@ -283,6 +297,9 @@ class PrivacyPlan:
   rounds: int
   claimed_sensitivity: np.ndarray | None = None
   level: str = "example"
+  minibatch: str = "shuffle"
+  batch_q: np.ndarray | None = None
+  clip_rule: str = "fixed"
 
   @property
   def target_epsilon(self) -> float:
@@ -313,6 +330,8 @@ class PrivacyPlan:
     sensitivity; ``inf``: no noise). ``participated [U]`` says who took part, for
     rules whose participation is charged as it happened (round robin)."""
     z = np.asarray(z, np.float64)
+    if self.poisson_steps:
+      return self.poisson_step_event(z, participated)
     if self.placement == "step":
       # E noised steps inside one selection: the Gaussians' z^-2 add up, so the round is
       # one Gaussian with z / sqrt(E) (exact); Laplace: basic composition, z / E.
@@ -329,6 +348,39 @@ class PrivacyPlan:
       kw.update(rule.sampling(level, self.num_clients, self.clients_per_round, self.q))
     return accounting.Event(**kw)
 
+  @property
+  def poisson_steps(self) -> bool:
+    """Whether clients run DP-SGD with Poisson minibatches (``client.minibatch``)."""
+    return self.minibatch == "poisson" and self.placement == "step"
+
+  def poisson_step_event(self, z: np.ndarray, participated: Any = True) -> accounting.Event:
+    """One round of client DP-SGD with Poisson minibatches, for multipliers ``z [U]``.
+
+    The unit is one example of client i; neighbours ADD OR REMOVE it (the adjacency
+    of the Poisson-subsampled Gaussian, Mironov, Talwar & Zhang 2019). Client i's
+    count |D_i|, hence ``q_i = min(1, B / |D_i|)`` and the E steps, are public
+    parameters of the mechanism (as DP-SGD treats the dataset size, Abadi et al.
+    2016). Each local step releases ``(sum_{x in b} clip_C(g(x)) + N(0, z^2 C^2 I))
+    / B`` with b a Poisson sample of rate ``q_i``: adding or removing one example
+    changes the clipped sum by at most C (its own clipped gradient, and only when
+    it is sampled; the other examples' gradients are taken at the same parameters,
+    which the previous steps' outputs fix), so the sum has sensitivity C, the
+    release C / B, and the step is the sampled Gaussian mechanism with rate ``q_i``
+    and multiplier z. The E steps of a round compose adaptively (``count = E``);
+    rounds compose in the rounds client i is selected.
+
+    Client selection is NOT used for amplification (none is claimed for any rule):
+    a round in which client i is selected is charged in full, a round in which it
+    is not is charged nothing. The selection never reads the clients' examples
+    (random rules draw from the round's key; the Wasserstein rules read label
+    histograms that the plan treats as public), so the realised selection is a
+    public, data-independent schedule and the guarantee holds for it; charging
+    every round instead would bound every possible selection at once.
+    """
+    return accounting.Event(mechanism="gaussian", noise_multiplier=z, sampling="poisson",
+                            q=self.batch_q, relation="add_remove", level="example",
+                            participated=participated, count=self.steps)
+
   def horizon_event(self, z: np.ndarray, rounds: int) -> accounting.Event:
     """The event of a constant schedule of ``rounds`` rounds at multiplier ``z``, for
     the client charged most: a deterministic rule charges the most turns one client
@@ -338,6 +390,8 @@ class PrivacyPlan:
     if rule.deterministic:
       count = rule.max_participations(self.num_clients, self.clients_per_round, self.q,
                                       rounds)
+    if self.poisson_steps:  # a random rule may select one client in every round
+      return self.event(z).replace(count=count * self.steps)
     return self.event(z).replace(count=count)
 
   def accountant_init(self) -> AccountantState:
@@ -378,7 +432,7 @@ class PrivacyPlan:
     round's cohort; only deterministic rules read it (a random rule's realised draw
     is part of its amplification and must not be passed to the accountant)."""
     part = np.ones(self.num_clients, bool)
-    if self.rule.deterministic:
+    if self.rule.deterministic or self.poisson_steps:
       if selected is None:
         raise ValueError(f"server.selection={self.selection!r} is accounted per client: "
                          "accountant_step needs the round's selected client ids")
@@ -415,10 +469,23 @@ class PrivacyPlan:
       inv = np.where(np.isinf(z), np.inf, 1.0 / np.square(z))
     return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1, pure)
 
+  @property
+  def uncertifiable(self) -> bool:
+    """Whether the release has no provable sensitivity (``clip_rule='median'``)."""
+    return self.clip_rule == "median" and not self.noiseless
+
   def certified_epsilons(self, state: AccountantState) -> np.ndarray:
     """``[U]`` each client's epsilon at ``delta`` by the RDP accountant (inf where a
     client released without noise); for Laplace rounds without sampling, the smaller
-    of that and the basic composition of the rounds' pure epsilons."""
+    of that and the basic composition of the rounds' pure epsilons. ``inf`` for every
+    client once a round ran with ``clip_rule='median'`` (:data:`MEDIAN_REASON`)."""
+    if state.rounds == 0:
+      return np.zeros(self.num_clients)
+    if self.uncertifiable:
+      return np.full(self.num_clients, np.inf)
+    return self._rdp_epsilons(state)
+
+  def _rdp_epsilons(self, state: AccountantState) -> np.ndarray:
     if state.rounds == 0:
       return np.zeros(self.num_clients)
     rdp = state.rdp.rdp
@@ -446,6 +513,9 @@ class PrivacyPlan:
     ``wei_eq10``: eq. (10)/(25) inverted; ``yuan_*``: the paper's claim in its own
     ``Delta_s``; for the others, the certified epsilon)."""
     claimed = FORMULAS[self.formula].claimed
+    if self.uncertifiable and claimed is None:
+      # Geyer et al.'s claim: the moments accountant as if S were a fixed bound.
+      return float(np.max(self._rdp_epsilons(state)))
     return self.certified_epsilon(state) if claimed is None else claimed(self, state)
 
   def describe(self) -> dict[str, Any]:
@@ -456,9 +526,15 @@ class PrivacyPlan:
     accounting_info = None if ev is None else {
         "sampling": ev.sampling, "relation": ev.relation, "level": ev.level,
         "accountant": "rdp (certified, worst client)",
-        "amplification": ("none: each client is charged the rounds it was selected in"
-                          if self.rule.deterministic else ev.sampling),
-        "assumption": self.rule.assumption}
+        "certified_note": MEDIAN_REASON if self.uncertifiable else None,
+        "amplification": (
+            f"minibatch: poisson (q_i = B / |D_i|, {self.steps} steps per round); "
+            "client selection: none, each client is charged the rounds it was selected in"
+            if self.poisson_steps else
+            "none: each client is charged the rounds it was selected in"
+            if self.rule.deterministic else ev.sampling),
+        "assumption": (self.rule.assumption if not self.poisson_steps else
+                       "; ".join(filter(None, [self.rule.assumption, POISSON_ASSUMPTION])))}
     return {
         "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
@@ -466,7 +542,22 @@ class PrivacyPlan:
         "sensitivity_max": float(np.max(self.sensitivity)),
         "sensitivity_claimed_max": None if self.claimed_sensitivity is None
         else float(np.max(self.claimed_sensitivity)),
+        "clip_rule": self.clip_rule,
         "accounting": accounting_info}
+
+
+POISSON_ASSUMPTION = (
+    "client.minibatch='poisson': each client's example count |D_i| (hence q_i = B / "
+    "|D_i| and the number of steps) is a public parameter of the mechanism, held fixed "
+    "when one example is added or removed (the DP-SGD convention for the dataset size)")
+
+MEDIAN_REASON = (
+    "server.clip_rule='median' (Geyer et al. 2017 as printed): the clip bound S is the "
+    "median of the cohort's update norms, a function of the clients' data, and the noise "
+    "is scaled by S, so no sensitivity bound holds for the release (one client can move "
+    "S and with it the scale of every clipped update and of the noise): certified "
+    "epsilon = inf; the claimed epsilon is the RDP accountant's for a fixed S. Use "
+    "server.clip_rule='private_median' (Andrew et al. 2021) for a certified adaptive clip")
 
 
 def selection_probability(cfg) -> float:
@@ -625,6 +716,13 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   per_example = clip_mode in ("per_example_l2", "per_example_l1")
   step_grad = clip_mode in STEP_GRAD_MODES
   _check_fu(cfg, step_grad)
+  minibatch = cfg.client.get("minibatch", "shuffle")
+  clip_rule = cfg.server.get("clip_rule", "fixed")
+  _check_clip_rule(cfg, clip_rule)
+  batch_q = None
+  if minibatch == "poisson":
+    _check_poisson(cfg)
+    batch_q = np.minimum(1.0, float(cfg.client.batch_size) / np.maximum(counts, 1.0))
   if placement == "none":
     sens = np.ones(u)
   elif placement == "upload":
@@ -653,7 +751,9 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
     if not per_example:
       raise ValueError("privacy.placement='step' needs a per-example client.clip_mode, "
                        f"got {clip_mode!r}")
-    sens = np.full(u, 2.0 * clip)
+    # Poisson minibatches: add/remove adjacency, the clipped sum moves by C
+    # (PrivacyPlan.poisson_step_event); fixed-size batches: replace-one, 2 C.
+    sens = np.full(u, clip if minibatch == "poisson" else 2.0 * clip)
   elif placement == "central":
     if clip_mode != "update_l2":
       raise ValueError("privacy.placement='central' needs client.clip_mode='update_l2', "
@@ -694,7 +794,101 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,
       clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
       claimed_sensitivity=claimed_sens,
-      level="client" if step_grad and placement == "upload" else "example")
+      level="client" if step_grad and placement == "upload" else "example",
+      minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule)
+
+
+def private_median_split(z: float, count_std: float) -> float:
+  """Noise multiplier ``z_sum`` of the clipped sum when the count of unclipped updates
+  gets ``N(0, count_std^2)``, such that the round's joint release is a Gaussian
+  mechanism of multiplier ``z`` (Andrew et al. 2021, Thm. 1, in our replace-one units):
+
+  ``z_sum = (z^-2 - count_std^-2)^(-1/2)``.
+
+  Proof. Replacing one client's data moves the noised aggregate by at most its
+  sensitivity ``Delta`` (:func:`central_sensitivity` at the round's clip bound
+  ``S_t``, which is a function of earlier releases only) and the count
+  ``sum_i 1[||Delta_i|| <= S_t]`` by at most 1. Divide each part by its noise std
+  (``z_sum Delta`` and ``count_std``): the pair becomes an isotropic unit Gaussian
+  around a mean that moves by at most ``sqrt(z_sum^-2 + count_std^-2) = 1 / z``, i.e.
+  one Gaussian mechanism of multiplier z, which the selection rule's event then
+  amplifies as for a fixed bound (both parts are computed from the same cohort).
+
+  Raises:
+    ConfigError: ``count_std <= z`` (the count alone would spend more than the whole
+      round's budget).
+  """
+  if not math.isfinite(z):
+    return math.inf
+  if not count_std > z:
+    raise ConfigError(
+        f"server.clip_count_std={count_std:g} must exceed the round's noise multiplier "
+        f"z={z:g} for server.clip_rule='private_median': the noisy count takes "
+        "count_std^-2 of the round's z^-2 (Andrew et al. 2021); raise it (their default "
+        "is K/20) or the noise")
+  return float((z ** -2 - count_std ** -2) ** -0.5)
+
+
+def _check_clip_rule(cfg, clip_rule: str) -> None:
+  """``server.clip_rule`` other than ``'fixed'`` needs central noise on ``update_l2``
+  updates (the server clips the uploads), and ``'median'`` cannot meet a budget.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  if clip_rule not in ("fixed", "median", "private_median"):
+    raise ConfigError(f"server.clip_rule: unknown {clip_rule!r}; known: "
+                      "['fixed', 'median', 'private_median']")
+  if clip_rule == "fixed":
+    return
+  if cfg.client.clip_mode != "update_l2" or cfg.privacy.placement not in ("central",
+                                                                          "none"):
+    raise ConfigError(f"server.clip_rule={clip_rule!r} clips the clients' updates at the "
+                      "server: it needs privacy.placement='central' and "
+                      f"client.clip_mode='update_l2' (got {cfg.privacy.placement!r}, "
+                      f"{cfg.client.clip_mode!r})")
+  if cfg.privacy.mechanism != "gaussian":
+    raise ConfigError(f"server.clip_rule={clip_rule!r} is written for Gaussian noise "
+                      f"(got privacy.mechanism={cfg.privacy.mechanism!r})")
+  if clip_rule == "median" and cfg.privacy.enforce_budget:
+    raise ConfigError("server.clip_rule='median' has certified epsilon inf (no sensitivity "
+                      "bound): privacy.enforce_budget would stop it before the first round")
+
+
+POISSON_FORMULAS = ("calibrated", "noise_multiplier")
+
+
+def _check_poisson(cfg) -> None:
+  """Refuses ``client.minibatch='poisson'`` where its accounting does not apply.
+
+  The Poisson-subsampled Gaussian (:meth:`PrivacyPlan.poisson_step_event`) is proved
+  for noise on each step's sum of L2-clipped per-example gradients: placement
+  ``'step'``, ``per_example_l2``, the Gaussian mechanism, and a formula that sizes the
+  noise by our accountant (``calibrated``) or by a multiplier. Elsewhere (noise on the
+  upload after several Poisson steps, Laplace, papers' formulas written for other
+  samplings) nothing here bounds it; ``placement='none'`` trains without noise.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  placement = cfg.privacy.placement
+  if placement == "none":
+    return
+  if placement != "step":
+    raise ConfigError("client.minibatch='poisson' is accounted for DP-SGD inside the "
+                      "clients: it needs privacy.placement='step' (or 'none'), got "
+                      f"{placement!r}")
+  if cfg.client.clip_mode != "per_example_l2":
+    raise ConfigError("client.minibatch='poisson' needs client.clip_mode='per_example_l2' "
+                      f"(the subsampled Gaussian's L2 sensitivity C), got "
+                      f"{cfg.client.clip_mode!r}")
+  if cfg.privacy.mechanism != "gaussian":
+    raise ConfigError("client.minibatch='poisson' is accounted as a subsampled Gaussian: "
+                      f"privacy.mechanism must be 'gaussian', got {cfg.privacy.mechanism!r}")
+  if cfg.privacy.formula not in POISSON_FORMULAS:
+    raise ConfigError(f"client.minibatch='poisson' with privacy.formula="
+                      f"{cfg.privacy.formula!r}: that formula is not written for Poisson "
+                      f"minibatches; use one of {POISSON_FORMULAS}")
 
 
 def _check_fu(cfg, step_grad: bool) -> None:
