@@ -125,6 +125,7 @@ def paper_config(dataset: str = "mnist", partition: str = "noniid", *,
   c.client.lr = LR
   c.client.clip_mode = "per_example_l2"
   c.server.clients_per_round = clients
+  c.server.client_chunk = 0  # all K at once: small here, and skips the memory probe's compiles
   c.privacy.placement = "step"
   c.privacy.formula = "noise_multiplier"
   c.privacy.delta = DELTA
@@ -225,15 +226,16 @@ def calibrate_multiplier(cfg, relative_sigma, target: float) -> float:
                                      float(cfg.privacy.delta)))
 
 
-def run_configs(cfgs: dict, name: str) -> pd.DataFrame:
+def run_configs(cfgs: dict, name: str, *, keep: bool = True) -> pd.DataFrame:
   """Runs ``{label: config}`` batched by compiled program (the machinery of
   :func:`fedjax_dp.sweep.run_sweep`, for runs that differ in more than a grid);
   rows with a ``run`` column. Results stay under ``RUNS/name/<label>``; runs
-  finished there before are read back, not run again."""
+  finished there before are read back, not run again. ``keep=False`` writes nothing."""
   labels = list(cfgs)
   dirs = {lab: RUNS / name / lab for lab in labels}
-  todo = [lab for lab in labels if not _finished(dirs[lab])]
-  res = experiment.run_batched([cfgs[lab] for lab in todo], [dirs[lab] for lab in todo])
+  todo = [lab for lab in labels if not (keep and _finished(dirs[lab]))]
+  res = experiment.run_batched([cfgs[lab] for lab in todo],
+                               [dirs[lab] if keep else None for lab in todo])
   rows = dict(zip(todo, [r.rows for r in res]))
   frames = []
   for lab in labels:
