@@ -98,8 +98,7 @@ def test_checklist_item5_algorithm1_round():
   idx, mask = [0, 2, 3, 1], [1, 1, 1, 0]
   fn = engine.make_round_fn(model, engine.RoundConfig(
       client_lib.ClientConfig(steps, 0, "param_l2", "upload")))
-  flat0, unravel, want, p = _algorithm1_reference(model, params, data, idx, mask, lr, clip,
-                                                  steps)
+  _, _, want, p = _algorithm1_reference(model, params, data, idx, mask, lr, clip, steps)
   got, metrics = fn(params, data, _args(idx, mask, [0, 0, 0, 1e3], [lr] * steps, clip))
   np.testing.assert_allclose(jax.flatten_util.ravel_pytree(got)[0], want, rtol=1e-5, atol=1e-6)
   assert float(metrics.num_selected) == 3

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import sweep  # noqa: F401  (re-exported for the scripts)
+from fedjax_dp import sweep
 from fedjax_dp.privacy import calibration, formulas
 
 _spec = importlib.util.spec_from_file_location(
@@ -130,7 +130,7 @@ def save_meta(name: str, start: float, **extra) -> None:
 def plt():
   import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as pyplot
+  from matplotlib import pyplot
   return pyplot
 
 
@@ -139,6 +139,12 @@ def savefig(fig, name: str) -> None:
   fig.tight_layout()
   fig.savefig(RESULTS / f"{name}.png", dpi=110)
   plt().close(fig)
+
+
+def tag(samples: int) -> str:
+  """Output-name suffix of a regime: '' for the paper's 600 examples per client, else
+  ``_n<samples>`` (fewer examples: a larger Delta_s = 2 C / |D_k|, more noise at equal eps)."""
+  return "" if samples == 600 else f"_n{samples}"
 
 
 def label(theta: float) -> str:

@@ -11,6 +11,7 @@ that loss, the final loss; checklist items 6, 7, 11) and the PNG. From the
 repository root::
 
   python experiments/yuan2023/fig2_theta_per_round.py --seeds 3
+  python experiments/yuan2023/fig2_theta_per_round.py --seeds 3 --samples 100   # 6x noise
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ import common
 import pandas as pd
 
 
-def per_round(seeds: int) -> pd.DataFrame:
-  cfg = common.mlp_config()
+def per_round(seeds: int, samples: int) -> pd.DataFrame:
+  cfg = common.mlp_config(samples=samples)
+  tag = common.tag(samples)
   grid = {"schedule.theta": list(common.THETAS), "seed": common.seeds(seeds)}
-  df = common.run_grid(cfg, grid, "fig2")
+  df = common.run_grid(cfg, grid, f"fig2{tag}")
   df["curve"] = df["schedule.theta"].map(common.label)
   frames = [df]
   for i, (name, sets) in enumerate(common.BASELINES.items()):
-    b = common.run_grid(cfg, {"seed": common.seeds(seeds)}, f"fig2_base{i}", sets)
+    b = common.run_grid(cfg, {"seed": common.seeds(seeds)}, f"fig2{tag}_base{i}", sets)
     b["curve"], b["schedule.theta"] = name, float("nan")
     frames.append(b)
   return pd.concat(frames, ignore_index=True)
@@ -38,29 +40,32 @@ def per_round(seeds: int) -> pd.DataFrame:
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=3)
+  ap.add_argument("--samples", type=int, default=600,
+                  help="examples per client (100: the 6x-noise regime, outputs *_n100)")
   args = ap.parse_args(argv)
   start = time.time()
-  df = per_round(args.seeds)
+  tag = common.tag(args.samples)
+  df = per_round(args.seeds, args.samples)
   cols = ["test_loss", "test_accuracy", "epsilon_claimed", "epsilon_certified", "noise_mean"]
   table = common.mean_std(df, ["curve", "round"], cols)
   order = {c: i for i, c in enumerate(df["curve"].unique())}
   table = table.sort_values(["curve", "round"], key=lambda s: s.map(order) if s.name == "curve"
                             else s).reset_index(drop=True)
-  common.write(table, "fig2_theta_per_round")
+  common.write(table, f"fig2_theta_per_round{tag}")
   best = []
   for curve, t in table.groupby("curve", sort=False):
     i = t["test_loss_mean"].idxmin()
     j = t["test_accuracy_mean"].idxmax()
     last = t.iloc[-1]
-    best.append(dict(curve=curve, best_round=int(t.loc[i, "round"]),
-                     min_loss=t.loc[i, "test_loss_mean"], min_loss_std=t.loc[i, "test_loss_std"],
-                     best_acc_round=int(t.loc[j, "round"]), max_acc=t.loc[j, "test_accuracy_mean"],
-                     final_loss=last["test_loss_mean"], final_loss_std=last["test_loss_std"],
-                     final_acc=last["test_accuracy_mean"],
-                     eps_claimed=last["epsilon_claimed_mean"],
-                     eps_certified=last["epsilon_certified_mean"]))
+    best.append({"curve": curve, "best_round": int(t.loc[i, "round"]),
+                 "min_loss": t.loc[i, "test_loss_mean"], "min_loss_std": t.loc[i, "test_loss_std"],
+                 "best_acc_round": int(t.loc[j, "round"]), "max_acc": t.loc[j, "test_accuracy_mean"],
+                 "final_loss": last["test_loss_mean"], "final_loss_std": last["test_loss_std"],
+                 "final_acc": last["test_accuracy_mean"],
+                 "eps_claimed": last["epsilon_claimed_mean"],
+                 "eps_certified": last["epsilon_certified_mean"]})
   best = pd.DataFrame(best)
-  common.write(best, "fig2_best_round")
+  common.write(best, f"fig2_best_round{tag}")
   print(best.to_string(index=False))
   plt = common.plt()
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -74,9 +79,10 @@ def main(argv=None):
     ax.set_xlabel("aggregation m")
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=7)
-  fig.suptitle(f"Yuan Fig. 2: MLP/MNIST, eps=10 (eq. 8), M=30, {args.seeds} seeds (band: +-1 std)")
-  common.savefig(fig, "fig2_theta_per_round")
-  common.save_meta("fig2_theta_per_round", start, seeds=args.seeds)
+  fig.suptitle(f"Yuan Fig. 2: MLP/MNIST, {args.samples}/client, eps=10 (eq. 8), M=30, "
+               f"{args.seeds} seeds (band: +-1 std)")
+  common.savefig(fig, f"fig2_theta_per_round{tag}")
+  common.save_meta(f"fig2_theta_per_round{tag}", start, seeds=args.seeds, samples=args.samples)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/../.."
 Y=experiments/yuan2023
 python $Y/fig2_theta_per_round.py --seeds 3          # Fig. 2 (+ Laplace, no DP)
 python $Y/fig3_table2.py --seeds 3                   # Fig. 3, Table II, predicted M*
+python $Y/fig2_theta_per_round.py --seeds 3 --samples 100   # 6x-noise regime (*_n100)
+python $Y/fig3_table2.py --seeds 3 --samples 100            # 6x-noise regime (*_n100)
 python $Y/fig4_epsilon.py --seeds 2                  # Fig. 4
 python $Y/fig5_6_refinement.py --seeds 3             # Figs. 5, 6 (after fig3_table2)
 python $Y/equal_certified.py --seeds 3               # theta at equal certified eps (after fig3_table2)
