@@ -25,6 +25,7 @@ Writes ``results/equal_certified.csv`` (per theta and M), ``results/equal_certif
 From the repository root::
 
   python experiments/yuan2023/equal_certified.py --seeds 3
+  python experiments/yuan2023/equal_certified.py --seeds 3 --samples 100   # *_n100
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ import pandas as pd
 from fedjax_dp import experiment, sweep
 
 
-def sigma_table(m_grid) -> pd.DataFrame:
+def sigma_table(m_grid, samples: int = 600) -> pd.DataFrame:
   rows = []
   for theta in common.THETAS:
     for m in m_grid:
-      cert, eq8 = common.certified_sigma0(theta, m), common.eq8_sigma0(theta, m)
+      cert = common.certified_sigma0(theta, m, samples=samples)
+      eq8 = common.eq8_sigma0(theta, m, samples=samples)
       rows.append({"theta": theta, "rounds": m, "sigma0_certified": cert, "sigma0_eq8": eq8,
                    "ratio": cert / eq8, "eps_prime": common.EPS * eq8 / cert})
   return pd.DataFrame(rows)
@@ -52,18 +54,21 @@ def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=3)
   ap.add_argument("--m-grid", default="10,17,30")
+  ap.add_argument("--samples", type=int, default=600,
+                  help="examples per client (100: the 6x-noise regime, outputs *_n100)")
   args = ap.parse_args(argv)
   m_grid = [int(v) for v in args.m_grid.split(",")]
   start = time.time()
-  sig = sigma_table(m_grid)
-  cfg = common.mlp_config(rounds=max(m_grid))
+  tag = common.tag(args.samples)
+  sig = sigma_table(m_grid, args.samples)
+  cfg = common.mlp_config(rounds=max(m_grid), samples=args.samples)
   points, dirs = [], []
   for r in sig.itertuples():
     sets = [f"schedule.theta={r.theta}", f"rounds={r.rounds}", f"privacy.epsilon={r.eps_prime!r}",
             f"eval.every={max(m_grid)}"]
     for p in sweep.expand(cfg, {"seed": common.seeds(args.seeds)}, sets):
       points.append((r.theta, r.rounds, r.sigma0_certified, p))
-      dirs.append(common.RUNS / "equal_certified" / f"theta{r.theta}_M{r.rounds}" / p.name)
+      dirs.append(common.RUNS / f"equal_certified{tag}" / f"theta{r.theta}_M{r.rounds}" / p.name)
   results = experiment.run_batched([p.config for *_, p in points], dirs)
   rows = []
   for (theta, m, cert, p), res in zip(points, results):
@@ -77,16 +82,16 @@ def main(argv=None):
   curve = common.mean_std(df, ["theta", "rounds"],
                           ["test_loss", "test_accuracy", "noise_round1", "epsilon_claimed_eq8"])
   curve = curve.merge(sig, on=["theta", "rounds"])
-  common.write(curve, "equal_certified")
+  common.write(curve, f"equal_certified{tag}")
   best = curve.loc[curve.groupby("theta")["test_loss_mean"].idxmin()].copy()
   best["rank"] = best["test_loss_mean"].rank().astype(int)
-  t2 = common.RESULTS / "table2.csv"
+  t2 = common.RESULTS / f"table2{tag}.csv"
   if t2.exists():
     fixed = pd.read_csv(t2).set_index("theta")
     best["eq8_min_loss"] = best["theta"].map(fixed["min_loss"])
     best["eq8_rank"] = best["theta"].map(fixed["rank"])
   best["paper_rank"] = best["theta"].map(pd.Series(common.TABLE2_PAPER).rank().astype(int))
-  common.write(best, "equal_certified_table")
+  common.write(best, f"equal_certified_table{tag}")
   print(best.to_string(index=False))
   plt = common.plt()
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -99,9 +104,11 @@ def main(argv=None):
     ax.set_xlabel("M (aggregations, tau=5)")
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=8)
-  fig.suptitle(f"Equal certified (10, 1e-3) per theta (RDP, paper's Delta_s), {args.seeds} seeds")
-  common.savefig(fig, "equal_certified")
-  common.save_meta("equal_certified", start, seeds=args.seeds, m_grid=m_grid)
+  fig.suptitle(f"Equal certified (10, 1e-3) per theta (RDP, paper's Delta_s), {args.samples}/client, "
+               f"{args.seeds} seeds")
+  common.savefig(fig, f"equal_certified{tag}")
+  common.save_meta(f"equal_certified{tag}", start, seeds=args.seeds, m_grid=m_grid,
+                   samples=args.samples)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ spec E9) and, when ``results/table2.csv`` exists, the best fixed-M loss of Fig. 
 (checklist item 14). From the repository root::
 
   python experiments/yuan2023/fig5_6_refinement.py --seeds 3
+  python experiments/yuan2023/fig5_6_refinement.py --seeds 3 --samples 100   # *_n100
 """
 
 from __future__ import annotations
@@ -31,30 +32,33 @@ ALPHAS = (0.8, 0.9)
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=3)
+  ap.add_argument("--samples", type=int, default=600,
+                  help="examples per client (100: the 6x-noise regime, outputs *_n100)")
   args = ap.parse_args(argv)
+  tag = common.tag(args.samples)
   start = time.time()
-  cfg = common.mlp_config()
+  cfg = common.mlp_config(samples=args.samples)
   grid = {"schedule.alpha_d": list(ALPHAS), "schedule.theta": list(common.THETAS),
           "seed": common.seeds(args.seeds)}
-  df = common.run_grid(cfg, grid, "fig5_6", ["schedule.refine=1", "eval.every=1"])
+  df = common.run_grid(cfg, grid, f"fig5_6{tag}", ["schedule.refine=1", "eval.every=1"])
   by = ["schedule.alpha_d", "schedule.theta"]
   per_round = common.mean_std(df, by + ["round"],
                               ["test_loss", "test_accuracy", "horizon", "noise_mean",
                                "epsilon_claimed"])
-  common.write(per_round, "fig5_6_per_round")
+  common.write(per_round, f"fig5_6_per_round{tag}")
   stair = df[df["seed"] == 0][by + ["round", "horizon", "noise_mean"]]
-  common.write(stair, "fig5_staircase_seed0")
+  common.write(stair, f"fig5_staircase_seed0{tag}")
   fin = common.final_rows(df)
   fin["min_test_loss"] = df.groupby("point", sort=False)["test_loss"].min().reindex(
       fin["point"]).to_numpy()
   summary = common.mean_std(fin, by, ["rounds_used", "test_loss", "min_test_loss",
                                       "test_accuracy", "epsilon_claimed", "epsilon_certified"])
-  t2 = common.RESULTS / "table2.csv"
+  t2 = common.RESULTS / f"table2{tag}.csv"
   if t2.exists():
     fixed = pd.read_csv(t2).set_index("theta")
     summary["fixed_M_best_loss"] = summary["schedule.theta"].map(fixed["min_loss"])
     summary["fixed_M_star"] = summary["schedule.theta"].map(fixed["measured_m_star"])
-  common.write(summary, "fig5_6_summary")
+  common.write(summary, f"fig5_6_summary{tag}")
   print(summary.to_string(index=False))
 
   plt = common.plt()
@@ -68,8 +72,9 @@ def main(argv=None):
     ax.grid(alpha=0.3)
   axes[0].set_ylabel("M' after round m")
   axes[0].legend(fontsize=8)
-  fig.suptitle("Yuan Fig. 5: refined horizon M' (eq. 9), MLP/MNIST, eps=10")
-  common.savefig(fig, "fig5_staircase")
+  fig.suptitle(f"Yuan Fig. 5: refined horizon M' (eq. 9), MLP/MNIST, {args.samples}/client, "
+               "eps=10")
+  common.savefig(fig, f"fig5_staircase{tag}")
 
   fig, axes = plt.subplots(2, 2, figsize=(11, 8))
   for row, alpha in enumerate(ALPHAS):
@@ -83,10 +88,10 @@ def main(argv=None):
     ax.set_xlabel("aggregation m")
     ax.grid(alpha=0.3)
   axes[0, 0].legend(fontsize=8)
-  fig.suptitle(f"Yuan Fig. 6: online refinement, {args.seeds} seeds (band: +-1 std over the "
+  fig.suptitle(f"Yuan Fig. 6: online refinement, {args.samples}/client, {args.seeds} seeds (band: +-1 std over the "
                "seeds still running)")
-  common.savefig(fig, "fig6_refinement")
-  common.save_meta("fig5_6_refinement", start, seeds=args.seeds)
+  common.savefig(fig, f"fig6_refinement{tag}")
+  common.save_meta(f"fig5_6_refinement{tag}", start, seeds=args.seeds, samples=args.samples)
 
 
 if __name__ == "__main__":
