@@ -217,6 +217,43 @@ def test_shadow_attack_batched_equals_loop_and_detects_memorisation():
     mia.train_shadow_attack(_linear_apply, _train_linear, pool_x, pool_y, 400)
 
 
+def test_reference_stats_on_hand_made_logits():
+  # 3 shadow models x 4 records; shadow s trained on record s (record 3: none).
+  logit = np.array([[9.0, 1.0, 2.0, 0.0],
+                    [3.0, 9.0, 4.0, 2.0],
+                    [5.0, 3.0, 9.0, 4.0]])
+  ref = mia.reference_stats(logit, np.array([[0], [1], [2]]))
+  np.testing.assert_array_equal(ref.out_count, [2, 2, 2, 3])
+  np.testing.assert_allclose(ref.out_mean, [4.0, 2.0, 3.0, 2.0])
+  # Pooled deviations: (+-1) x 6 and (-2, 0, 2); dof = 1 + 1 + 1 + 2.
+  assert ref.out_std == pytest.approx(math.sqrt((6 + 8) / 5))
+  ins_all = np.array([[0, 1, 2, 3]] * 3)
+  assert np.isnan(mia.reference_stats(logit, ins_all).out_mean).all()
+
+
+def test_reference_attack_detects_memorisation_and_scores_unseen_records_zero():
+  x, y = _pool(2)
+  # The attacker's pool holds the candidates (LiRA's setting): 480 records, shadows on
+  # 40 each; the target trains on records 400..439, records 440..479 are out.
+  ins, seeds = mia.shadow_draws(480, 40, 4, 5)
+  assert ins.shape == (4, 40) and len(np.unique(ins[0])) == 40
+  stacked = mia.vectorize(_train_linear)(seeds, x[ins], y[ins])
+  attack = mia.fit_shadow_attack(_linear_apply, stacked, x[:480], y[:480], ins, seed=5)
+  assert attack.reference is not None and attack.reference.out_std > 0
+  target = jax.jit(_train_linear)(7, x[400:440], y[400:440])
+  lp = mia.log_probs(_linear_apply, target, x[:480])
+  sc = mia.reference_scores(attack, lp, y[:480], np.arange(480))
+  res = metrics.evaluate(metrics.best_threshold(sc[400:420], sc[440:460])[0], sc[420:440],
+                         sc[460:480], held_out=True)
+  assert res.auc > 0.85 and res.accuracy > 0.8
+  # A record every shadow model trained on has no reference: score 0.
+  forced = attack._replace(reference=attack.reference._replace(
+      out_mean=np.full(480, np.nan)))
+  np.testing.assert_array_equal(mia.reference_scores(forced, lp[:3], y[:3], np.arange(3)), 0)
+  with pytest.raises(ValueError, match="reference"):
+    mia.reference_scores(attack._replace(reference=None), lp, y[:480], np.arange(480))
+
+
 def test_fit_logistic_separates_and_matches_the_closed_form_direction():
   rng = np.random.default_rng(0)
   f = rng.normal(size=(400, 2))
@@ -233,24 +270,33 @@ def test_membership_inference_on_a_federated_run():
   from fedjax_dp.attacks import federated
 
   # The tiny config of test_sweep / test_noise_sampling (its programs compile once).
-  cfg = small_config({"rounds": "3", "data.num_clients": "5", "data.samples_per_client": "24",
-                      "server.clients_per_round": "3", "model.name": "logistic",
-                      "progress": "false"})
-  row = federated.membership_inference(cfg, num_shadow=2, max_per_side=60)
-  assert row["num_members_pool"] == 120
-  assert row["accounting_level"] == "example"
-  assert 0 < row["epsilon_certified"] < math.inf
-  assert row["advantage_bound"] == pytest.approx(
-      bounds.advantage_bound(row["epsilon_certified"], row["delta"]))
-  assert row["advantage_bound_claimed"] == pytest.approx(
-      bounds.advantage_bound(row["epsilon_claimed"], row["delta"]))
-  for name in ("loss_threshold", "shadow"):
-    assert row[f"{name}_threshold_held_out"] is True
-    assert row[f"{name}_num_members"] == row[f"{name}_num_nonmembers"] == 30
-    assert 0 <= row[f"{name}_accuracy"] <= 1
-  assert row["shadow_models"] == 2
+  small = {"rounds": "3", "data.num_clients": "5", "data.samples_per_client": "24",
+           "server.clients_per_round": "3", "model.name": "logistic", "progress": "false"}
+  cfg = small_config(small)
+  cfg2 = small_config(small, **{"privacy.epsilon": "2"})
+  # A privacy grid is one call: targets in one program, shadows in another; the rows
+  # share the evaluation split and the shadow draws, each with its own epsilon.
+  rows = federated.membership_inference_many([cfg, cfg2], num_shadow=2, max_per_side=60)
+  assert [r["epsilon_target"] for r in rows] == [8.0, 2.0]
+  assert rows[1]["epsilon_certified"] < rows[0]["epsilon_certified"]
+  for row in rows:
+    assert row["num_members_pool"] == 120
+    assert row["accounting_level"] == "example"
+    assert 0 < row["epsilon_certified"] < math.inf
+    assert row["advantage_bound"] == pytest.approx(
+        bounds.advantage_bound(row["epsilon_certified"], row["delta"]))
+    assert row["advantage_bound_claimed"] == pytest.approx(
+        bounds.advantage_bound(row["epsilon_claimed"], row["delta"]))
+    for name in ("loss_threshold", "shadow", "reference"):
+      assert row[f"{name}_threshold_held_out"] is True
+      assert row[f"{name}_num_members"] == row[f"{name}_num_nonmembers"] == 30
+      assert 0 <= row[f"{name}_accuracy"] <= 1
+    assert row["shadow_models"] == 2
+    assert 0 <= row["train_accuracy_members"] <= 1
   with pytest.raises(ValueError, match="unknown"):
     federated.membership_inference(cfg, attacks=("nope",))
+  with pytest.raises(ValueError, match="share data"):
+    federated.membership_inference_many([cfg, small_config(small, seed="9")])
 
 
 def test_federated_train_fn_refuses_records_the_partition_leaves_out():

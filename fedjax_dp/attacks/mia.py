@@ -217,6 +217,24 @@ def fit_logistic(f: np.ndarray, labels: np.ndarray, *, l2: float = 1e-3) -> Logi
   return LogisticModel(mean, std, clf.coef_[0].astype(np.float64), float(clf.intercept_[0]))
 
 
+class ReferenceStats(NamedTuple):
+  """How the shadow models that did not train on a record score it (offline LiRA).
+
+  Attributes:
+    out_mean: ``[N]`` mean over the shadow models without pool record ``i`` of the
+      logit of its true label's probability (:func:`attack_features`' last column);
+      NaN where every shadow model trained on it.
+    out_count: ``[N]`` number of such shadow models.
+    out_std: the pooled standard deviation of that logit around ``out_mean`` (one
+      global value: with few shadow models per record a per-record variance is
+      too noisy, Carlini et al. 2022, section VI-A).
+  """
+
+  out_mean: np.ndarray
+  out_count: np.ndarray
+  out_std: float
+
+
 class ShadowAttack(NamedTuple):
   """A trained attack classifier and how it was trained.
 
@@ -228,6 +246,8 @@ class ShadowAttack(NamedTuple):
     shadow_train_size: records each shadow model was trained on.
     shadow_accuracy: the attack classifier's balanced accuracy on its own (shadow)
       training records: an optimistic in-sample figure, for diagnostics.
+    reference: per-record statistics of the shadow models that did NOT train on each
+      pool record (:class:`ReferenceStats`), for :func:`reference_scores`.
   """
 
   models: dict[int, LogisticModel]
@@ -235,6 +255,7 @@ class ShadowAttack(NamedTuple):
   num_shadow: int
   shadow_train_size: int
   shadow_accuracy: float
+  reference: ReferenceStats | None = None
 
   def predict(self, log_p: np.ndarray, y: np.ndarray) -> np.ndarray:
     """P(member) ``[n]`` for records with outputs ``log_p [n, C]`` and labels ``y``."""
@@ -311,7 +332,25 @@ def train_shadow_attack(apply_fn: ApplyFn, train_fn: Callable, pool_x, pool_y,
     The trained :class:`ShadowAttack`.
   """
   pool_x, pool_y = np.asarray(pool_x), np.asarray(pool_y)
-  n_pool = len(pool_y)
+  ins, seeds = shadow_draws(len(pool_y), train_size, num_shadow, seed)
+  if batched:
+    stacked = train_fn(seeds, pool_x[ins], pool_y[ins])
+  else:
+    stacked = [train_fn(int(seeds[s]), pool_x[ins[s]], pool_y[ins[s]])
+               for s in range(num_shadow)]
+  return fit_shadow_attack(apply_fn, stacked, pool_x, pool_y, ins, per_class=per_class,
+                           seed=seed, l2=l2)
+
+
+def shadow_draws(n_pool: int, train_size: int, num_shadow: int, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+  """The shadow models' training sets and seeds (see :func:`train_shadow_attack`).
+
+  Returns:
+    ``(ins [S, train_size], seeds [S])``: shadow ``s`` trains on pool records
+    ``ins[s]`` (drawn without replacement by ``default_rng([seed, 1, s])``) with
+    training seed ``seeds[s] = seed * 1000 + s``.
+  """
   if not 0 < train_size < n_pool:
     raise ValueError(f"train_size must be in (0, {n_pool}) (the pool size), got {train_size}")
   if num_shadow < 1:
@@ -319,12 +358,88 @@ def train_shadow_attack(apply_fn: ApplyFn, train_fn: Callable, pool_x, pool_y,
   ins = np.stack([np.random.default_rng([seed, 1, s]).permutation(n_pool)[:train_size]
                   for s in range(num_shadow)])
   seeds = np.asarray([seed * 1000 + s for s in range(num_shadow)], np.uint32)
-  if batched:
-    stacked = train_fn(seeds, pool_x[ins], pool_y[ins])
-    lp = _stack_log_probs(apply_fn, stacked, pool_x, num_shadow)
+  return ins, seeds
+
+
+def reference_stats(logit: np.ndarray, ins: np.ndarray) -> ReferenceStats:
+  """Per-record "out" statistics of shadow models (see :class:`ReferenceStats`).
+
+  Args:
+    logit: ``[S, N]`` logit of the true label's probability of every shadow model on
+      every pool record.
+    ins: ``[S, n]`` pool indices each shadow model trained on.
+  """
+  num_shadow, n_pool = logit.shape
+  out = np.ones((num_shadow, n_pool), bool)
+  out[np.arange(num_shadow)[:, None], ins] = False
+  count = out.sum(0)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    mean = np.where(count > 0, np.sum(np.where(out, logit, 0.0), 0) / count, np.nan)
+  dev = np.where(out, logit - np.nan_to_num(mean)[None], 0.0)
+  dof = max(int(np.sum(np.maximum(count - 1, 0))), 1)
+  std = float(np.sqrt(np.sum(dev ** 2) / dof))
+  return ReferenceStats(mean, count, max(std, 1e-6))
+
+
+def reference_scores(attack: ShadowAttack, log_p: np.ndarray, y: np.ndarray,
+                     pool_index: np.ndarray) -> np.ndarray:
+  """Difficulty-calibrated membership scores: offline LiRA (Carlini, Chien, Nasr,
+  Song, Terzis & Tramer, "Membership inference attacks from first principles",
+  S&P 2022, section VI-A; the per-example calibration of Watson et al., ICLR 2022).
+
+  The loss-threshold attack compares every record with one threshold, so an easy
+  non-member (small loss anywhere) looks like a member and a hard member like a
+  non-member. Here the target's logit of p_y on a record is compared with what
+  shadow models that did NOT train on that record give it:
+  ``score = (logit_target - out_mean[i]) / out_std``, a one-sided z-score (the
+  likelihood ratio of the paper's offline variant, which has no "in" models,
+  is monotone in it). Records every shadow model trained on get score 0.
+
+  Args:
+    attack: a :class:`ShadowAttack` with ``reference`` (from
+      :func:`fit_shadow_attack` / :func:`train_shadow_attack`).
+    log_p: ``[n, C]`` the target's log-probabilities on the records.
+    y: ``[n]`` their labels.
+    pool_index: ``[n]`` their indices in the shadow models' pool.
+
+  Returns:
+    Scores ``[n]`` (higher = member); threshold them on calibration records.
+  """
+  if attack.reference is None:
+    raise ValueError("reference_scores: the shadow attack kept no reference statistics")
+  ref = attack.reference
+  logit = attack_features(log_p, y)[:, -1]
+  mean = ref.out_mean[np.asarray(pool_index)]
+  return np.where(np.isnan(mean), 0.0, (logit - np.nan_to_num(mean)) / ref.out_std)
+
+
+def fit_shadow_attack(apply_fn: ApplyFn, stacked_params, pool_x, pool_y, ins, *,
+                      per_class: bool = True, seed: int = 0, l2: float = 1e-3
+                      ) -> ShadowAttack:
+  """Fits the attack classifier on trained shadow models (see
+  :func:`train_shadow_attack`, which trains them and calls this).
+
+  Args:
+    apply_fn: ``apply_fn(params, x) -> logits``.
+    stacked_params: the shadow models' params stacked on a leading ``[S]`` axis, or
+      a list of ``S`` params.
+    pool_x, pool_y: the attacker's pool ``[N, ...]``, ``[N]``.
+    ins: ``[S, n]`` pool indices each shadow model trained on
+      (:func:`shadow_draws`).
+    per_class, seed, l2: as in :func:`train_shadow_attack`.
+
+  Returns:
+    The :class:`ShadowAttack`, with the ``reference`` statistics of every pool record.
+  """
+  pool_x, pool_y, ins = np.asarray(pool_x), np.asarray(pool_y), np.asarray(ins)
+  num_shadow, train_size = ins.shape
+  n_pool = len(pool_y)
+  if isinstance(stacked_params, list):
+    lp = np.stack([log_probs(apply_fn, p, pool_x) for p in stacked_params])
   else:
-    lp = np.stack([log_probs(apply_fn, train_fn(int(seeds[s]), pool_x[ins[s]], pool_y[ins[s]]),
-                             pool_x) for s in range(num_shadow)])
+    lp = _stack_log_probs(apply_fn, stacked_params, pool_x, num_shadow)
+  logit = np.stack([attack_features(lp[s], pool_y)[:, -1] for s in range(num_shadow)])
+  reference = reference_stats(logit, ins)
   feats, labels, ys = [], [], []
   for s in range(num_shadow):
     member = np.zeros(n_pool, bool)
@@ -345,7 +460,7 @@ def train_shadow_attack(apply_fn: ApplyFn, train_fn: Callable, pool_x, pool_y,
       models[int(c)] = fit_logistic(f[sel], lab[sel], l2=l2)
   else:
     models[-1] = fit_logistic(f, lab, l2=l2)
-  attack = ShadowAttack(models, per_class, num_shadow, train_size, float("nan"))
+  attack = ShadowAttack(models, per_class, num_shadow, train_size, float("nan"), reference)
   scores = _predict_features(attack, f, yy)
   acc = 0.5 * (np.mean(scores[lab] >= 0.5) + np.mean(scores[~lab] < 0.5))
   return attack._replace(shadow_accuracy=float(acc))
