@@ -64,3 +64,33 @@ def test_best_per_marks_interior_optima():
   assert best.loc[1, "best_x"] == 10 and best.loc[1, "interior"]
   assert best.loc[2, "best_x"] == 20 and not best.loc[2, "interior"]
   assert best.loc[1, "worst_y"] == 5.0
+
+
+def test_doubling_rounds_scales_the_aggregated_noise_variance():
+  """Checklist item 5 (Def. 2, eqs. (2)-(3)): at fixed E, doubling T_g multiplies the
+  per-coordinate noise variance by 4 for Laplace (beta ~ T_l, z = 2) and by 2 for the
+  Gaussian (sigma ~ sqrt(T_l), z = 1)."""
+  import numpy as np
+
+  from fedjax_dp.privacy import formulas
+  xi = formulas.fu_sensitivity(0.05, 3, 150.0)
+  for t_g in (10, 40):
+    t1, t2 = (formulas.fu_participations(100, r, 1000) for r in (t_g, 2 * t_g))
+    lap = [2 * formulas.fu_laplace_scale_thm1(3.0, t, xi) ** 2 for t in (t1, t2)]
+    gau = [(formulas.fu_sigma_zcdp(20.0, 1e-4, t) * xi) ** 2 for t in (t1, t2)]
+    np.testing.assert_allclose(lap[1] / lap[0], 4.0, rtol=1e-12)
+    np.testing.assert_allclose(gau[1] / gau[0], 2.0, rtol=1e-12)
+
+
+def test_test_samples_keeps_a_fixed_subset_and_refuses_negatives():
+  import pytest
+
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+  cfg = config_lib.override(config_lib.base_config(), [
+      "data.name=digits", "model.name=logistic", "data.test_samples=50", "rounds=1"])
+  a, b = experiment.build(cfg), experiment.build(config_lib.override(cfg, ["seed=3"]))
+  assert a.x_test.shape[0] == 50
+  assert bool((a.y_test == b.y_test).all())
+  with pytest.raises(config_lib.ConfigError, match="data.test_samples"):
+    experiment.build(config_lib.override(cfg, ["data.test_samples=-1"]))

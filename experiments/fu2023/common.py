@@ -53,13 +53,13 @@ INF = float("inf")
 
 # LR / Laplace (Figs. 1, 3, 5, 7).
 LR_EPSILONS = (1.0, 3.0, 5.0, INF)
-LR = dict(num_clients=1000, samples_per_client=8, clients_per_round=100, lr=0.05)
+LR = {"num_clients": 1000, "samples_per_client": 8, "clients_per_round": 100, "lr": 0.05}
 # CNN / Gaussian (Figs. 2, 4, 6): the paper's N = 3,500, b = 350 reduced to N = 20
 # clients of ~20 images on average, b = 2 (b / N = 1/10 as in the paper), 500 test
 # images per evaluation: what 2 shared CPU cores run in minutes (REPRODUCTION.md).
 CNN_EPSILONS = (10.0, 20.0, 30.0, INF)
-CNN = dict(num_clients=20, samples_per_client=20, clients_per_round=2, lr=0.05,
-           test_samples=500)
+CNN = {"num_clients": 20, "samples_per_client": 20, "clients_per_round": 2, "lr": 0.05,
+       "test_samples": 500}
 
 final_rows = repro.final_rows
 mean_std = repro.mean_std

@@ -27,8 +27,8 @@ def rule_points(t_grid):
   out = []
   for rule, a in RULES.items():
     for t in t_grid:
-      e = max(1, int(round(t**a)))
-      out.append((rule, t, e, max(1, int(round(t / e)))))
+      e = max(1, round(t**a))
+      out.append((rule, t, e, max(1, round(t / e))))
   return out
 
 
