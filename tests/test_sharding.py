@@ -51,8 +51,9 @@ def workload() -> dict:
 
 def test_eight_devices_match_one(tmp_path):
   path = tmp_path / "eight.json"
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu")
+  # Added to the suite's XLA flags (tests/conftest.py), which the subprocess keeps.
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, __file__, str(path)], env=env, cwd=ROOT,
                         capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
