@@ -31,7 +31,8 @@ Each setting runs as a few compiled programs: the 9 DP targets are one vmapped
 group, and so are their 225 shadow runs (:func:`membership_inference_many`).
 
   python experiments/yuan2023/table3_mia.py                       # both settings
-  python experiments/yuan2023/table3_mia.py --settings memorise --num-shadow 5  # quick
+  YUAN2023_RESULTS=/tmp/t3 python experiments/yuan2023/table3_mia.py \
+      --settings memorise --num-shadow 5          # quick, keeps the committed files
 
 Writes results/table3_mia.csv, results/table3_mia.png and the generated part of
 results/table3_mia.md (between its ``<!-- table3:begin -->`` / ``end`` markers).

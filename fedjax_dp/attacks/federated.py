@@ -64,21 +64,22 @@ def target_membership(cfg, setup: experiment.Setup | None = None, cache: dict | 
 def _shadow_runs(cfg, setup: experiment.Setup, seeds, x, y, data_cache: dict | None = None):
   """Configs and setups of shadow runs of ``cfg`` on records ``x[s], y[s]``.
 
-  ``data_cache`` maps (seed, records) to the partitioned client data, so shadow runs
-  of several targets on the same draws share one copy (:func:`experiment.run_group`
-  stacks only distinct data objects).
+  ``data_cache`` maps (seed, data config, records) to the partitioned client data, so
+  shadow runs of several targets on the same draws share one copy
+  (:func:`experiment.run_group` stacks only distinct data objects). All shadows are
+  padded to the same client size, so they share one compiled round.
   """
   data_cache = {} if data_cache is None else data_cache
-  cfgs, setups = [], []
+  cfgs, keys, parts = [], [], []
   for s, sd in enumerate(seeds):
     c = copy.deepcopy(cfg)
     c.seed = int(sd)
     c.name = f"{cfg.name}/shadow{s}"
     c.progress = False
-    key = (int(sd), c.data.partition, int(c.data.num_clients),
+    key = (int(sd), experiment.data_key(c),
            hashlib.sha1(np.ascontiguousarray(x[s])).hexdigest(),
            hashlib.sha1(np.ascontiguousarray(y[s])).hexdigest())
-    if key not in data_cache:
+    if ("clients", key) not in data_cache:
       clients = experiment._partition(c, y[s])  # pylint: disable=protected-access
       used = np.concatenate([np.asarray(i, np.int64) for i in clients])
       if len(np.unique(used)) != len(y[s]):
@@ -86,13 +87,18 @@ def _shadow_runs(cfg, setup: experiment.Setup, seeds, x, y, data_cache: dict | N
             f"shadow training: the {cfg.data.partition!r} partition uses "
             f"{len(np.unique(used))} of the {len(y[s])} shadow records; pass as many "
             f"records as it uses (data.num_clients x data.samples_per_client)")
-      n_max = max((len(i) for i in clients), default=1)
-      data_cache[key] = (clients, build_federated_data(x[s], y[s], clients, n_max=n_max))
-    clients, data = data_cache[key]
-    counts = np.asarray([len(i) for i in clients])
+      data_cache["clients", key] = clients
     cfgs.append(c)
+    keys.append(key)
+    parts.append(data_cache["clients", key])
+  n_max = max(max((len(i) for i in p), default=1) for p in parts)
+  setups = []
+  for s, (c, key, clients) in enumerate(zip(cfgs, keys, parts)):
+    if ("data", key, n_max) not in data_cache:
+      data_cache["data", key, n_max] = build_federated_data(x[s], y[s], clients, n_max=n_max)
+    counts = np.asarray([len(i) for i in clients])
     setups.append(dataclasses.replace(
-        setup, config=c, data=data,
+        setup, config=c, data=data_cache["data", key, n_max],
         privacy=make_privacy_plan(c, counts, num_params=setup.model.num_params())))
   return cfgs, setups
 
