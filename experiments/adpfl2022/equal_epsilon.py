@@ -45,20 +45,6 @@ import common
 LABELS = {"adpfl": "A-DPFL, sigma_0 on its realised decay pattern",
           "adpfl_stop": "A-DPFL, sigma_0 for no decay, stops at the budget"}
 
-# Andrew et al.'s count noise std is K/20 for large K; with K = 10 that (0.5) would have
-# to exceed the round's multiplier (plan.private_median_split): 5 leaves the sum ~99 %.
-COUNT_STD = 5.0
-
-
-def _certified(cfg):
-  """CL-FL with a certified clip: the private median (Andrew et al. 2021) instead of
-  Geyer et al.'s exact median, whose certified epsilon is inf."""
-  if cfg.privacy.placement == "central":
-    cfg.server.clip_rule = "private_median"
-    cfg.server.clip_count_std = COUNT_STD
-  return cfg
-
-
 def main(argv=None):
   ap = common.add_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
   args = ap.parse_args(argv)
@@ -69,7 +55,7 @@ def main(argv=None):
   methods = ["dpfl", "adpfl"] + (["clfl"] if common.has_clfl() else [])
   if "clfl" not in methods:
     print("CL-FL skipped: this engine has no server.clip_rule (server-side median clipping)")
-  paper = {m: _certified(common.method_config(base, m)) for m in methods}
+  paper = {m: common.certified(common.method_config(base, m)) for m in methods}
   cfgs, plan_rows, keep = {}, [], []
   for seed in range(args.seeds):
     ref = fig4[fig4["seed"] == seed]
@@ -101,7 +87,7 @@ def main(argv=None):
           continue
         z = common.calibrate_multiplier(paper[m], pattern[m], target)
         add(f"{m}_at_{budget_of}{tag}", m, budget_of, target,
-            _certified(common.method_config(base, m)), pattern[m], z)
+            common.certified(common.method_config(base, m)), pattern[m], z)
       # A-DPFL as the paper words it, "reduce sigma until the total privacy budget is
       # exhausted": sigma_0 calibrated for a run WITHOUT reductions; the run stops when
       # its reductions would take it past the budget (spends at most it, stops early).
