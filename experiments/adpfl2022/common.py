@@ -307,7 +307,7 @@ def save_meta(name: str, start: float, **extra) -> None:
 def plt():
   import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as pyplot
+  from matplotlib import pyplot
   return pyplot
 
 

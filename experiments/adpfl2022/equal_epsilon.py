@@ -36,11 +36,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import common
 import numpy as np
 import pandas as pd
-
-import common
-
 
 LABELS = {"adpfl": "A-DPFL, sigma_0 on its realised decay pattern",
           "adpfl_stop": "A-DPFL, sigma_0 for no decay, stops at the budget"}
@@ -66,7 +64,7 @@ def main(argv=None):
     budgets = {m: float(ref[ref["method"] == m]["epsilon_certified"].iloc[-1])
                for m in ("dpfl", "adpfl")}
 
-    def add(label, m, budget_of, target, cfg, rel, z):
+    def add(label, m, budget_of, target, cfg, rel, z, seed=seed):
       cfg.seed = seed
       cfg.privacy.noise_multiplier = z
       cfg.privacy.epsilon = target
