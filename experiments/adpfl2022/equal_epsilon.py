@@ -40,8 +40,11 @@ import common
 import numpy as np
 import pandas as pd
 
-LABELS = {"adpfl": "A-DPFL, sigma_0 on its realised decay pattern",
+LABELS = {"nonprivate": "non-private FL", "dpfl": "DPFL (uniform, constant sigma)",
+          "clfl": "CL-FL (private median clip; client-level)",
+          "adpfl": "A-DPFL, sigma_0 on its realised decay pattern",
           "adpfl_stop": "A-DPFL, sigma_0 for no decay, stops at the budget"}
+
 
 def main(argv=None):
   ap = common.add_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
@@ -129,13 +132,13 @@ def main(argv=None):
       t = allrows[(allrows["budget"] == budget_of) & (allrows["method"] == m)]
       if len(t):
         g = t.groupby("round")["test_accuracy"].mean()
-        ax.plot(g.index, g.to_numpy(), label=LABELS.get(m, common.LABELS.get(m)))
+        ax.plot(g.index, g.to_numpy(), label=LABELS[m])
     ax.set_title(f"all at epsilon = {target:.3g} ({budget_of}'s budget; mean over seeds)",
                  fontsize=9)
     ax.set_xlabel("round")
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
   np.atleast_1d(axes)[0].set_ylabel("test accuracy")
-  np.atleast_1d(axes)[0].legend(fontsize=8)
   fig.suptitle(f"A-DPFL methods at equal certified epsilon (delta=1e-5), non-IID "
                f"{args.dataset}, K={args.clients}, {args.model}", fontsize=10)
   fig.tight_layout()
