@@ -45,14 +45,19 @@ def _band(ax, t, label):
 def main(argv=None):
   ap = common.add_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
   ap.add_argument("--partition", choices=["iid", "noniid"], default="noniid")
+  ap.add_argument("--methods", default=",".join(["nonprivate", *ABLATION, "clfl"]))
   args = ap.parse_args(argv)
   start = time.time()
+  # Runs off the default reduction keep their own files (K and the partition in the name).
+  tag = ""
+  if (args.model, args.clients, args.partition) != (common.MODEL, common.CLIENTS_PER_ROUND,
+                                                     "noniid"):
+    tag = f"_{args.model}_k{args.clients}_{args.partition}"
   base = common.paper_config(args.dataset, args.partition, clients=args.clients,
                              model=args.model, rounds=args.rounds)
-  methods = ["nonprivate", *ABLATION]
-  if common.has_clfl():
-    methods.append("clfl")
-  else:
+  methods = args.methods.split(",")
+  if "clfl" in methods and not common.has_clfl():
+    methods.remove("clfl")
     print("CL-FL skipped: this engine has no server.clip_rule (server-side median clipping)")
   cfgs = {}
   for seed in range(args.seeds):
@@ -65,14 +70,14 @@ def main(argv=None):
   df["seed"] = df["run"].str.rsplit("_s", n=1).str[1].astype(int)
   cols = ["method", "seed", "round", "test_accuracy", "sigma", "epsilon_certified",
           "epsilon_claimed", "num_selected", "update_norm"]
-  common.write(df[cols], "fig4")
+  common.write(df[cols], f"fig4{tag}")
   fin = common.final(df)
   # The A-DPFL paper claims no epsilon; CL-FL's claim is the moments accountant's value
   # for a FIXED clip S (Geyer et al.), which the median rule does not have (certified inf).
   fin["epsilon_claimed"] = fin["epsilon_claimed"].where(fin["method"] == "clfl")
   table = common.mean_std(fin, ["method"], ["test_accuracy", "epsilon_certified",
                                             "epsilon_claimed"])
-  common.write(table, "fig4_final")
+  common.write(table, f"fig4_final{tag}")
   print(table.to_string())
 
   plt = common.plt()
@@ -94,12 +99,12 @@ def main(argv=None):
   fig.suptitle(f"A-DPFL Fig. 4: {args.partition} {args.dataset}, K={args.clients}, "
                f"{args.model}, paper settings (unequal privacy)", fontsize=10)
   fig.tight_layout()
-  fig.savefig(common.RESULTS / "fig4.png", dpi=110)
+  fig.savefig(common.RESULTS / f"fig4{tag}.png", dpi=110)
 
   abl = fin[fin["method"].isin(ABLATION)].copy()
   abl["variant"] = abl["method"].map(ABLATION_LABELS)
   abl_table = common.mean_std(abl, ["method", "variant"], ["test_accuracy", "epsilon_certified"])
-  common.write(abl_table, "ablation")
+  common.write(abl_table, f"ablation{tag}")
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   for m in ABLATION:
     _band(axes[0], df[df["method"] == m], ABLATION_LABELS[m])
@@ -114,8 +119,8 @@ def main(argv=None):
   fig.suptitle(f"A-DPFL ablation: {args.partition} {args.dataset}, K={args.clients}, "
                f"{args.model}", fontsize=10)
   fig.tight_layout()
-  fig.savefig(common.RESULTS / "ablation.png", dpi=110)
-  common.save_meta("fig4_ablation", start, clients=args.clients, model=args.model,
+  fig.savefig(common.RESULTS / f"ablation{tag}.png", dpi=110)
+  common.save_meta(f"fig4_ablation{tag}", start, clients=args.clients, model=args.model,
                    methods=methods)
 
 
