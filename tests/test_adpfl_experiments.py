@@ -117,3 +117,17 @@ def test_notebook_contents():
   quick = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
   first = [next(c.source for c in n.cells if c.cell_type == "code") for n in (nb, quick)]
   assert first[0] == first[1]
+
+
+def test_clfl_is_geyer_median_and_its_certified_variant_is_finite():
+  base = common.paper_config("mnist", "noniid")
+  clfl = common.method_config(base, "clfl")
+  assert (clfl.privacy.placement, clfl.client.clip_mode, clfl.server.clip_rule) == (
+      "central", "update_l2", "median")
+  # Geyer et al.'s sigma = 1 on the sum of K updates: std S / K on their mean.
+  plan = make_privacy_plan(clfl, np.full(1000, 60.0))
+  assert clfl.privacy.noise_multiplier * plan.sensitivity[0] == pytest.approx(4.0 / 10)
+  cert = common.certified(common.method_config(base, "clfl"))
+  assert cert.server.clip_rule == "private_median"
+  eps = float(common.epsilon_of(cert, np.ones(50)))
+  assert np.isfinite(eps) and eps > 0

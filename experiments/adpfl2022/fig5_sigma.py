@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import time
 
+import common
 import numpy as np
 import pandas as pd
-
-import common
 
 PAPER_HOLDS = ((1.0, 20), (0.7, 4), (0.49, 4), (0.343, 7))
 
@@ -34,7 +33,7 @@ def summary(sigma: np.ndarray, k: float = common.K_DECAY) -> dict:
   h = holds(sigma)
   starts = np.cumsum([0, *h[:-1]])
   late = [n for s, n in zip(starts, h) if s >= 35 and s + n < sigma.size]
-  return {"holds": " ".join(map(str, h)), "reductions": int(round(m[-1])),
+  return {"holds": " ".join(map(str, h)), "reductions": round(m[-1]),
           "first_reduction_round": int(starts[1]) + 1 if len(h) > 1 else None,
           "only_k_powers": bool(np.allclose(m, np.rint(m), atol=1e-6)),
           "non_increasing": bool(np.all(np.diff(sigma) <= 1e-12)),

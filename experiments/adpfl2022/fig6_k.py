@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import common
 import numpy as np
 import pandas as pd
-
-import common
 
 from fedjax_dp import sweep
 

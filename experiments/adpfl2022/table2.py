@@ -23,6 +23,10 @@ def main(argv=None):
   ap = common.add_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]), seeds=3)
   args = ap.parse_args(argv)
   start = time.time()
+  # Runs off the default reduction keep their own files (the model and K in the name).
+  name = "table2"
+  if (args.model, args.clients) != (common.MODEL, common.CLIENTS_PER_ROUND):
+    name = f"table2_{args.model}_k{args.clients}"
   cfgs = {}
   for part in ("iid", "noniid"):
     base = common.paper_config(args.dataset, part, clients=args.clients, model=args.model,
@@ -31,17 +35,17 @@ def main(argv=None):
       cfg = common.method_config(base, "adpfl")
       cfg.seed = seed
       cfgs[f"{part}_s{seed}"] = cfg
-  df = common.run_configs(cfgs, f"table2_{args.dataset}")
+  df = common.run_configs(cfgs, f"{name}_{args.dataset}")
   df["partition"] = df["run"].str.split("_").str[0]
   df["seed"] = df["run"].str.split("_s").str[1].astype(int)
   common.write(df[["run", "partition", "seed", "round", "test_accuracy", "sigma",
-                   "epsilon_certified", "num_selected"]], "table2_rounds")
+                   "epsilon_certified", "num_selected"]], f"{name}_rounds")
   fin = common.final(df)
   table = common.mean_std(fin, ["partition"], ["test_accuracy", "epsilon_certified", "round"])
   table["paper_accuracy"] = [common.TABLE2_CLAIM[(args.dataset, p)] for p in table["partition"]]
   table["epsilon_claimed"] = "none given"
   table.insert(0, "dataset", args.dataset)
-  common.write(table, "table2")
+  common.write(table, name)
   print(table.to_string())
   if args.dataset == "mnist":
     print(common.CIFAR_MESSAGE)
@@ -61,8 +65,8 @@ def main(argv=None):
   ax.set_title(f"A-DPFL Table 2 ({args.dataset}, K={args.clients}, {args.model}, "
                f"{args.seeds} seeds)", fontsize=9)
   fig.tight_layout()
-  fig.savefig(common.RESULTS / "table2.png", dpi=110)
-  common.save_meta("table2", start, clients=args.clients, model=args.model)
+  fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
+  common.save_meta(name, start, clients=args.clients, model=args.model)
 
 
 if __name__ == "__main__":
