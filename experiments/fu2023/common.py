@@ -126,11 +126,12 @@ def run_pairs(cfg, pairs: Sequence[tuple[int, int]], grid: Mapping[str, Sequence
   return pd.concat(frames, ignore_index=True)
 
 
-def finals(df: pd.DataFrame) -> pd.DataFrame:
-  """Final row of every point with ``E`` (local steps), ``T_g`` and ``T = E T_g``."""
+def finals(df: pd.DataFrame, local_steps: int = 1) -> pd.DataFrame:
+  """Final row of every point with ``E`` (local steps: the ``client.local_steps``
+  column of :func:`run_pairs`, else ``local_steps``), ``T_g`` and ``T = E T_g``."""
   fin = final_rows(df)
   if "client.local_steps" not in fin:
-    fin["client.local_steps"] = 1
+    fin["client.local_steps"] = local_steps
   fin["E"] = fin["client.local_steps"].astype(int)
   fin["T_g"] = fin["rounds_used"].astype(int)
   fin["T"] = fin["E"] * fin["T_g"]
