@@ -122,6 +122,9 @@ def run_pairs(cfg, pairs: Sequence[tuple[int, int]], grid: Mapping[str, Sequence
                            sets=[f"client.local_steps={e}"])
     df = pd.DataFrame(rows)
     df["client.local_steps"] = e
+    # Point names restart in every sweep: prefix E so points of different sweeps
+    # never merge.
+    df["point"] = f"E={e}/" + df["point"].astype(str)
     frames.append(df)
   return pd.concat(frames, ignore_index=True)
 
