@@ -38,7 +38,7 @@ def main(argv=None):
                                                           args.epsilons.split(",")],
                                       "seed": list(range(args.seeds))},
                                 str(common.RUNS / "fig4"))
-  fin = common.finals(pd.DataFrame(rows))
+  fin = common.finals(pd.DataFrame(rows), int(cfg.client.local_steps))
   curve = common.mean_std(fin, ["privacy.epsilon", "T"],
                           ["test_accuracy", "test_loss", "epsilon_claimed", "epsilon_certified"])
   common.write(curve, "fig4_cnn_T")

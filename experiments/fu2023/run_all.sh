@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Regenerates every figure and table of the Fu et al. reproduction (from the repository
+# root). Wall times on the shared 2-core CPU are in REPRODUCTION.md; the committed
+# results come from exactly these commands. The CNN figures run a reduced federation
+# and grid (REPRODUCTION.md says why); their paper-scale commands are listed there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+F=experiments/fu2023
+python $F/fig1_lr_epsilon.py                 # Fig. 1
+python $F/fig3_lr_T.py                       # Fig. 3 + Table II
+python $F/fig5_lr_E.py                       # Fig. 5 + Table III (+ E up to 120)
+python $F/fig7_lr_rule.py                    # Fig. 7
+python $F/compare_mechanisms.py              # Laplace vs Gaussian, claimed and certified eps
+python $F/fig4_cnn_T.py                      # Fig. 4 (reduced)
+python $F/fig2_cnn_epsilon.py --rounds 10 --eval-every 2 --epsilons 10,30,inf   # Fig. 2 (reduced)
+python $F/fig6_cnn_E.py --total 24 --e-grid 1,4,12,24 --epsilons 10,30,inf      # Fig. 6 + Table IV (reduced)
