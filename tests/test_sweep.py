@@ -162,9 +162,9 @@ def test_bad_grid_is_reported():
     sweep.parse_grid(["seed"])
 
 
-@pytest.mark.parametrize("sweep_devices", [1, 2])
-def test_cohorts_in_sequence_equal_vmapped_cohorts(sweep_devices):
-  """engine.sweep_step: running cohorts one after another (CPU) equals vmapping them."""
+def test_cohorts_in_sequence_equal_vmapped_cohorts():
+  """engine.sweep_step: running cohorts one after another (CPU), on 1 or 2 devices'
+  shares, equals vmapping them (one vmapped program serves both comparisons)."""
   data = toy_federated(8, 12, (4, 4, 1), 3, 0, n_max=12)
   model = get_model("logistic", (4, 4, 1), 3)
   cfg = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"))
@@ -184,12 +184,15 @@ def test_cohorts_in_sequence_equal_vmapped_cohorts(sweep_devices):
   active = np.ones((g, lanes), bool)
   active[1, 1] = False
 
-  def step(in_sequence):
+  def step(in_sequence, sweep_devices=1):
     return jax.jit(lambda p, a, on: engine.sweep_step(
         model, cfg, p, data, a, on, in_sequence, sweep_devices))(params, args, active)
 
-  for a, b in zip(jax.tree_util.tree_leaves(step(True)), jax.tree_util.tree_leaves(step(False))):
-    np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+  vmapped = jax.tree_util.tree_leaves(step(False))
+  for sweep_devices in (1, 2):
+    got = jax.tree_util.tree_leaves(step(True, sweep_devices))
+    for a, b in zip(got, vmapped):
+      np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=f"{sweep_devices}")
 
 
 def test_points_draw_independent_noise_unless_common_random_numbers():
