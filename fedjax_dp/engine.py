@@ -84,7 +84,7 @@ class RoundArgs(NamedTuple):
       when their streams differ. 0 is the seed's own stream.
     count_noise: ``clip_rule='private_median'``: std of the Gaussian noise on the
       count of selected clients whose update norm is at most ``clip`` (Andrew et al.
-      2021, the ``sigma_b`` of their Alg. 1); 0 otherwise.
+      2021, the ``sigma_b`` of their Alg. 1); unused (may be None) otherwise.
   """
 
   idx: jax.Array
@@ -98,7 +98,7 @@ class RoundArgs(NamedTuple):
   seed: jax.Array
   data_id: jax.Array | int = 0
   stream: jax.Array | int = 0
-  count_noise: jax.Array | float = 0.0
+  count_noise: jax.Array | None = None
 
 
 class RoundMetrics(NamedTuple):

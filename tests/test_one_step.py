@@ -38,7 +38,7 @@ def _args(lanes=None):
     return jnp.stack([a * (1.0 + 0.5 * i) if scaled else a for i in range(lanes)])
   return args._replace(sel_mask=jnp.stack([args.sel_mask] * lanes),
                        **{f: per_lane(getattr(args, f)) for f in args._fields
-                          if f != "sel_mask"})
+                          if f != "sel_mask" and getattr(args, f) is not None})
 
 
 def _assert_close(got, want):
