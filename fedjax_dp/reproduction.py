@@ -64,6 +64,14 @@ def save_meta(results_dir: Path, name: str, start: float, **extra) -> dict:
   results_dir.mkdir(parents=True, exist_ok=True)
   meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
               cpu_count=os.cpu_count(), command=" ".join(["python"] + sys.argv), **extra)
-  (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+  (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
   print(f"{name}: {meta['wall_seconds']} s")
   return meta
+
+
+def pyplot():
+  """``matplotlib.pyplot`` on the file-only Agg backend (scripts write PNGs; no display)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+  return plt

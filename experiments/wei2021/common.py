@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fedjax_dp import config as config_lib
+from fedjax_dp import reproduction as repro
 from fedjax_dp import sweep
 
 # Overridable so that a quick check does not overwrite the committed results.
@@ -145,20 +145,11 @@ def optimal_t_tables(sweep_dir: Path) -> pd.DataFrame:
 
 
 def write(df: pd.DataFrame, name: str) -> Path:
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  path = RESULTS / f"{name}.csv"
-  df.to_csv(path, index=False, float_format="%.6g")
-  return path
+  return repro.write_csv(RESULTS, df, name)
 
 
 def save_meta(name: str, start: float, **extra) -> None:
-  """Records the wall time and machine of a figure's run."""
-  import jax
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
-              cpu_count=os.cpu_count(), command=" ".join(["python"] + sys.argv), **extra)
-  (RESULTS / f"{name}_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-  print(f"{name}: {meta['wall_seconds']} s")
+  repro.save_meta(RESULTS, name, start, **extra)
 
 
 def mean_std(df: pd.DataFrame, by, cols) -> pd.DataFrame:

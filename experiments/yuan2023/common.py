@@ -20,11 +20,9 @@ another module name; only the output folder differs.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fedjax_dp import config as config_lib
+from fedjax_dp import reproduction as repro
 from fedjax_dp import sweep
 from fedjax_dp.privacy import calibration, formulas
 
@@ -111,27 +110,14 @@ def eq8_sigma0(theta: float, rounds: int, epsilon: float = EPS, samples: int = 6
 
 
 def write(df: pd.DataFrame, name: str) -> Path:
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  path = RESULTS / f"{name}.csv"
-  df.to_csv(path, index=False, float_format="%.6g")
-  return path
+  return repro.write_csv(RESULTS, df, name)
 
 
 def save_meta(name: str, start: float, **extra) -> None:
-  """Records the wall time and machine of a figure's run."""
-  import jax
-  RESULTS.mkdir(parents=True, exist_ok=True)
-  meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
-              cpu_count=os.cpu_count(), command=" ".join(["python"] + sys.argv), **extra)
-  (RESULTS / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
-  print(f"{name}: {meta['wall_seconds']} s")
+  repro.save_meta(RESULTS, name, start, **extra)
 
 
-def plt():
-  import matplotlib
-  matplotlib.use("Agg")
-  from matplotlib import pyplot
-  return pyplot
+plt = repro.pyplot
 
 
 def savefig(fig, name: str) -> None:
