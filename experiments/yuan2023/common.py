@@ -133,6 +133,42 @@ def tag(samples: int) -> str:
   return "" if samples == 600 else f"_n{samples}"
 
 
+def loss_acc_panels(curve, group: str, label_of, x: str, xlabel: str, title: str, name: str,
+                    *, final: bool = True, band: bool = False, style_of=None, mark=None,
+                    legend_size: int = 8) -> None:
+  """The two-panel figure every Yuan script draws: test loss (left) and accuracy
+  (right) against ``x``, one mean +- std curve per ``group`` value of ``curve`` (the
+  ``<col>_mean`` / ``<col>_std`` table of :func:`mean_std`); saved as
+  ``results/<name>.png``.
+
+  Args:
+    label_of: group value -> legend label.
+    final: y labels say "final test ..." (values at the last round of each M).
+    band: a +-1 std band (per-round curves) instead of error bars.
+    style_of: optional label -> line style.
+    mark: optional vertical reference line ``(x, label)`` on the loss panel.
+  """
+  pyplot = plt()
+  fig, axes = pyplot.subplots(1, 2, figsize=(11, 4))
+  draw = curve_band if band else errorbar_plot
+  for key, t in curve.groupby(group, sort=False):
+    lab = label_of(key)
+    kw = {"ls": style_of(lab)} if style_of else {}
+    for ax, col in zip(axes, ("test_loss", "test_accuracy")):
+      draw(ax, t, x, col, lab, **kw)
+  if mark is not None:
+    axes[0].axvline(mark[0], color="gray", ls=":", label=mark[1])
+  prefix = "final test" if final else "test"
+  axes[0].set_ylabel(f"{prefix} loss")
+  axes[1].set_ylabel(f"{prefix} accuracy")
+  for ax in axes:
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=legend_size)
+  fig.suptitle(title)
+  savefig(fig, name)
+
+
 def label(theta: float) -> str:
   return f"theta={theta:g}"
 

@@ -93,20 +93,10 @@ def main(argv=None):
   best["paper_rank"] = best["theta"].map(pd.Series(common.TABLE2_PAPER).rank().astype(int))
   common.write(best, f"equal_certified_table{tag}")
   print(best.to_string(index=False))
-  plt = common.plt()
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for theta, t in curve.groupby("theta"):
-    for ax, col in zip(axes, ("test_loss", "test_accuracy")):
-      common.errorbar_plot(ax, t, "rounds", col, common.label(theta))
-  axes[0].set_ylabel("final test loss")
-  axes[1].set_ylabel("final test accuracy")
-  for ax in axes:
-    ax.set_xlabel("M (aggregations, tau=5)")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=8)
-  fig.suptitle(f"Equal certified (10, 1e-3) per theta (RDP, paper's Delta_s), {args.samples}/client, "
-               f"{args.seeds} seeds")
-  common.savefig(fig, f"equal_certified{tag}")
+  common.loss_acc_panels(
+      curve, "theta", common.label, "rounds", "M (aggregations, tau=5)",
+      f"Equal certified (10, 1e-3) per theta (RDP, paper's Delta_s), {args.samples}/client, "
+      f"{args.seeds} seeds", f"equal_certified{tag}")
   common.save_meta(f"equal_certified{tag}", start, seeds=args.seeds, m_grid=m_grid,
                    samples=args.samples)
 

@@ -67,21 +67,11 @@ def main(argv=None):
   best = pd.DataFrame(best)
   common.write(best, f"fig2_best_round{tag}")
   print(best.to_string(index=False))
-  plt = common.plt()
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for curve, t in table.groupby("curve", sort=False):
-    style = "--" if curve.startswith(("Lap", "no")) else "-"
-    for ax, col in zip(axes, ("test_loss", "test_accuracy")):
-      common.curve_band(ax, t, "round", col, curve, ls=style)
-  axes[0].set_ylabel("test loss")
-  axes[1].set_ylabel("test accuracy")
-  for ax in axes:
-    ax.set_xlabel("aggregation m")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7)
-  fig.suptitle(f"Yuan Fig. 2: MLP/MNIST, {args.samples}/client, eps=10 (eq. 8), M=30, "
-               f"{args.seeds} seeds (band: +-1 std)")
-  common.savefig(fig, f"fig2_theta_per_round{tag}")
+  common.loss_acc_panels(
+      table, "curve", str, "round", "aggregation m",
+      f"Yuan Fig. 2: MLP/MNIST, {args.samples}/client, eps=10 (eq. 8), M=30, "
+      f"{args.seeds} seeds (band: +-1 std)", f"fig2_theta_per_round{tag}",
+      final=False, band=True, style_of=lambda lab: "--" if lab.startswith(("Lap", "no")) else "-", legend_size=7)
   common.save_meta(f"fig2_theta_per_round{tag}", start, seeds=args.seeds, samples=args.samples)
 
 

@@ -159,22 +159,11 @@ def main(argv=None):
   print(table.to_string(index=False))
   print(pred.to_string(index=False))
 
-  plt = common.plt()
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for name, t in curve.groupby("curve", sort=False):
-    style = "--" if name.startswith(("Lap", "no")) else "-"
-    for ax, col in zip(axes, ("test_loss", "test_accuracy")):
-      common.errorbar_plot(ax, t, "rounds", col, name, ls=style)
-  axes[0].axvline(common.M_STAR_PAPER, color="gray", ls=":", label="paper M*=17")
-  axes[0].set_ylabel("final test loss")
-  axes[1].set_ylabel("final test accuracy")
-  for ax in axes:
-    ax.set_xlabel("M (aggregations, tau=5)")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7)
-  fig.suptitle(f"Yuan Fig. 3: MLP/MNIST, {n}/client, eps=10 (eq. 8), {args.seeds} seeds "
-               "(bars: std)")
-  common.savefig(fig, f"fig3_loss_vs_M{tag}")
+  common.loss_acc_panels(
+      curve, "curve", str, "rounds", "M (aggregations, tau=5)",
+      f"Yuan Fig. 3: MLP/MNIST, {n}/client, eps=10 (eq. 8), {args.seeds} seeds (bars: std)",
+      f"fig3_loss_vs_M{tag}", style_of=lambda lab: "--" if lab.startswith(("Lap", "no")) else "-",
+      mark=(common.M_STAR_PAPER, "paper M*=17"), legend_size=7)
   common.save_meta(f"fig3_table2{tag}", start, seeds=args.seeds, m_grid=m_grid, samples=n)
 
 

@@ -41,20 +41,11 @@ def main(argv=None):
   common.write(curve, f"fig4_epsilon{tag}")
   print(best[["privacy.epsilon", "rounds", "test_loss_mean", "test_accuracy_mean"]]
         .to_string(index=False))
-  plt = common.plt()
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for eps, t in curve.groupby("privacy.epsilon", sort=False):
-    for ax, col in zip(axes, ("test_loss", "test_accuracy")):
-      common.errorbar_plot(ax, t, "rounds", col, "no DP" if eps == float("inf") else f"eps={eps:g}")
-  axes[0].set_ylabel("final test loss")
-  axes[1].set_ylabel("final test accuracy")
-  for ax in axes:
-    ax.set_xlabel("M (aggregations, tau=5)")
-    ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=8)
-  fig.suptitle(f"Yuan Fig. 4: MLP/MNIST, {args.samples}/client, theta=1.05, eq. (8), "
-               f"{args.seeds} seeds")
-  common.savefig(fig, f"fig4_epsilon{tag}")
+  common.loss_acc_panels(
+      curve, "privacy.epsilon", lambda e: "no DP" if e == float("inf") else f"eps={e:g}",
+      "rounds", "M (aggregations, tau=5)",
+      f"Yuan Fig. 4: MLP/MNIST, {args.samples}/client, theta=1.05, eq. (8), {args.seeds} seeds",
+      f"fig4_epsilon{tag}")
   common.save_meta(f"fig4_epsilon{tag}", start, seeds=args.seeds, m_grid=m_grid,
                    samples=args.samples)
 
