@@ -152,6 +152,12 @@ def base_config() -> ConfigDict:
   c.schedule.k = 0.7               # adpfl (eq. (15)): sigma <- k sigma when the score stalls
   c.schedule.alpha = 0.005         # adpfl: stall = validation-accuracy gain <= alpha
   c.schedule.adjust_every = 1.0    # adpfl: rounds between two adjustment checks
+  # adpfl: where the score S_t comes from. 'clients': accuracy on the selected clients'
+  # local data (the paper's default), released with N(0, (z_val / N_sel)^2) and charged
+  # by the accountant; 'server': the run's held-out evaluation (test_accuracy, eval.every
+  # must divide adjust_every), reads no client data.
+  c.schedule.validation = "clients"
+  c.schedule.val_noise_multiplier = 1.0  # adpfl, validation='clients': z_val (> 0)
   c.schedule.t_grid = ()           # optimal_t: T values searched; () = 10, 20, ..., rounds
 
   c.eval = ConfigDict()
@@ -332,10 +338,16 @@ def validate(cfg: ConfigDict) -> None:
     if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
       raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1 "
                         f"(got eval.every={cfg.eval.every})")
-  if cfg.schedule.name == "adpfl" and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
-    raise ConfigError(f"schedule.name='adpfl' reads the accuracy every schedule.adjust_every="
-                      f"{cfg.schedule.adjust_every} rounds: eval.every={cfg.eval.every} must "
-                      "divide it")
+  if cfg.schedule.get("validation", "server") not in ("server", "clients"):
+    raise ConfigError(f"schedule.validation: unknown {cfg.schedule.validation!r}; known: "
+                      "('server', 'clients')")
+  # 'clients' computes its own score on every adjustment round; 'server' reads the
+  # held-out evaluation, which must fall on those rounds.
+  if cfg.schedule.name == "adpfl" and cfg.schedule.get("validation", "server") == "server" \
+      and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
+    raise ConfigError(f"schedule.name='adpfl' with schedule.validation='server' reads the "
+                      f"test accuracy every schedule.adjust_every={cfg.schedule.adjust_every} "
+                      f"rounds: eval.every={cfg.eval.every} must divide it")
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")

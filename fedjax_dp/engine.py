@@ -56,6 +56,9 @@ AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload no
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
 STREAM_TAG = 3  # stream s > 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s)
 COUNT_NOISE_TAG = 4  # server_key -> fold_in(., 4): noise of the clip rule's count
+# round_key -> fold_in(., 5): noise of the released validation score on the selected
+# clients' data (schedule.validation='clients', A-DPFL eq. (15))
+VALIDATION_NOISE_TAG = 5
 # server.clip_rule: how the server's update clip bound S is set (central placement,
 # update_l2): fixed (S = client.clip) | median (Geyer et al. 2017: the cohort's median
 # update norm; data dependent, certified epsilon inf) | private_median (Andrew et al.
@@ -565,6 +568,64 @@ def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
   loss_sum, correct_sum = jax.lax.fori_loop(0, num_batches, body, (zero, zero))
   accuracy = jnp.full((), jnp.nan, jnp.float32) if model.is_regression else correct_sum / n
   return loss_sum / n, accuracy
+
+
+def selected_accuracy(model: Model, params: PyTree, data: FederatedData, args: RoundArgs,
+                      std: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Accuracy of ``params`` on the union of the round's selected clients' local data,
+  and its release with Gaussian noise (A-DPFL's validation score ``S_t``, eq. (15)).
+
+  ``S_t = sum_{i in S} c_i / N_sel`` with ``c_i`` client i's correctly classified
+  examples (masked: padding and unselected slots count nothing) and
+  ``N_sel = sum_{i in S} |D_i|`` (public counts), i.e. the count-weighted mean of the
+  per-client accuracies ``c_i / |D_i|``. Its replace-one-example sensitivity is
+  ``1 / N_sel`` (:func:`fedjax_dp.privacy.plan.validation_sensitivity`).
+
+  Args:
+    model: the model (a classifier).
+    params: one point's model (the new global model).
+    data: client data ``[U, ...]`` (or ``[D, U, ...]`` indexed by ``args.data_id``).
+    args: the round's :class:`RoundArgs` (``idx``, ``sel_mask``, ``data_id``, ``seed``,
+      ``round``, ``stream`` are read).
+    std: noise std of the release (``z_val / N_sel``; 0 releases the exact score).
+
+  Returns:
+    ``(released, exact)`` scalars: ``exact + N(0, std^2)`` with the key
+    ``fold_in(round_key(seed, round, stream), VALIDATION_NOISE_TAG)``, and ``exact``.
+  """
+  stacked = data.counts.ndim == 2
+  x, y, mask, counts = (_take(a, args.data_id, args.idx, stacked)
+                        for a in (data.x, data.y, data.mask, data.counts))
+
+  def correct(xi, yi, mi):  # [n_max, ...] -> correctly classified real examples
+    pred = jnp.argmax(model.apply(params, xi), -1)
+    return jnp.sum((pred == yi).astype(jnp.float32) * mi)
+
+  c = jax.vmap(correct)(x, y, mask)  # [K]
+  n_sel = jnp.sum(counts.astype(jnp.float32) * args.sel_mask)
+  exact = jnp.sum(c * args.sel_mask) / jnp.maximum(n_sel, 1.0)
+  key = jax.random.fold_in(round_key(args.seed, args.round, args.stream),
+                           VALIDATION_NOISE_TAG)
+  return exact + std * jax.random.normal(key, ()), exact
+
+
+@functools.lru_cache(maxsize=32)
+def make_validation_fn(model: Model, cfg: RoundConfig):
+  """Jitted ``(params [G, L, ...], data, args [G, L], std [G, L]) -> (released, exact)``,
+  each ``[G, L]``: :func:`selected_accuracy` of every point of a sweep."""
+  model = zoo.with_conv_impl(model, conv_impl_for(cfg))
+  one = jax.vmap(functools.partial(selected_accuracy, model), in_axes=(0, None, 0, 0))
+
+  def fn(params, data, args, std):
+    # One vmap over the flattened [G * L] points (the gather's batching rule takes one
+    # point axis), as sweep_evaluate does.
+    lead = std.shape
+    flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]),
+                                  (params, args, std))
+    out = one(flat[0], data, flat[1], flat[2])
+    return jax.tree_util.tree_map(lambda a: a.reshape(lead), out)
+
+  return jax.jit(fn)
 
 
 def make_eval_fn(model: Model, batch_size: int = 2048):

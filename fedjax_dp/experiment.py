@@ -49,6 +49,7 @@ from fedjax_dp.privacy.plan import (
   make_privacy_plan,
   private_median_split,
   selection_probability,
+  validation_sensitivity,
 )
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.schedules import NoiseContext, get_schedule
@@ -187,6 +188,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
   privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
+  if privacy.validation == "clients" and model.is_regression:
+    raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
+                                 "regressor does not have; use schedule.validation='server'")
   weights = None
   rule = selection_lib.get_rule(cfg.server.selection)
   if rule.weights is not None:  # side information of the rule, from the partition (once)
@@ -218,6 +222,7 @@ class _Pending(NamedTuple):
   idx: np.ndarray
   sel: np.ndarray
   evaluate: bool
+  val_std: float = -1.0  # std of the validation release; < 0: no release this round
 
 
 class RunLoop:
@@ -273,8 +278,14 @@ class RunLoop:
     # updated on the host from each round's released noisy count).
     self.clip_rule = cfg.server.get("clip_rule", "fixed")
     self.clip_bound = float(cfg.client.clip)
+    # schedule.validation='clients' (A-DPFL): a noisy accuracy on the selected clients'
+    # data after every adjustment round, charged by the accountant (plan.event).
+    self.validate_clients = self.privacy.validation == "clients"
+    self.adjust_every = int(float(cfg.schedule.get("adjust_every", 1)))
+    self._counts = np.asarray(setup.data.counts) if self.validate_clients else None
     self.columns = METRIC_COLUMNS + (("clip_bound", "clip_count")
-                                     if self.clip_rule != "fixed" else ())
+                                     if self.clip_rule != "fixed" else ()) + (
+                                         ("val_accuracy",) if self.validate_clients else ())
     ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
@@ -345,6 +356,16 @@ class RunLoop:
     return self.finish(wall, params, **extra)
 
   @property
+  def wants_validation(self) -> bool:
+    """Whether the planned round releases the validation score on its selected clients."""
+    return self._pending is not None and self._pending.val_std >= 0
+
+  @property
+  def val_std(self) -> float:
+    """The planned round's validation noise std (``z_val / N_sel``; < 0: none)."""
+    return self._pending.val_std if self._pending is not None else -1.0
+
+  @property
   def wants_eval(self) -> bool:
     """Whether the planned round ends with a test-set evaluation."""
     return self._pending is not None and self._pending.evaluate
@@ -364,15 +385,21 @@ class RunLoop:
                                      cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
                                      weights=self.setup.selection_weights)
     # Deterministic rules (round robin) are charged for the clients that take part.
+    validate = self.validate_clients and (t + 1) % self.adjust_every == 0
     new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,
-                                       selected=idx[sel > 0])
+                                       selected=idx[sel > 0], validate=validate)
+    val_std = -1.0
+    if validate:
+      counts = self._counts[idx[sel > 0]]
+      val_std = 0.0 if privacy.noiseless else (
+          privacy.val_noise_multiplier * validation_sensitivity(counts))
     certified = privacy.certified_epsilon(new_acct)
     # Each client against its own target (privacy.client_epsilons).
     if cfg.privacy.enforce_budget and privacy.over_budget(new_acct):
       self.status, self.running = "budget_exhausted", False
       return None
     evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
-    self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate)
+    self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate, val_std)
     clip, count_noise = float(cfg.client.clip), 0.0
     if self.clip_rule == "private_median":
       # The accountant charged multiplier z = central_noise / Delta(C); the device
@@ -392,10 +419,11 @@ class RunLoop:
         stream=np.int32(cfg.privacy.noise_stream), count_noise=np.float32(count_noise))
 
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
-             wall: float) -> None:
+             wall: float, val: float | None = None) -> None:
     """Records the planned round's results: ``metrics`` (this run's
-    :class:`engine.RoundMetrics` as floats) and ``test = (loss, accuracy)`` if it
-    was evaluated; then the schedule observes them."""
+    :class:`engine.RoundMetrics` as floats), ``test = (loss, accuracy)`` if it
+    was evaluated and ``val`` (the released validation score) if
+    :attr:`wants_validation`; then the schedule observes them."""
     p, self._pending = self._pending, None
     self.acct = p.acct
     if p.evaluate:
@@ -410,6 +438,10 @@ class RunLoop:
         "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
         "horizon": p.plan.horizon, "epsilon_claimed": self.privacy.claimed_epsilon(self.acct),
         "epsilon_certified": p.certified, "wall_s": round(wall, 3)}
+    if self.validate_clients:
+      # The schedule reads S_t from here: only the released (noisy) score, never the
+      # test accuracy, on the rounds it was released.
+      row["val_accuracy"] = float(val) if p.val_std >= 0 else ""
     if self.clip_rule != "fixed":
       row["clip_bound"] = float(metrics["clip_bound"])
       row["clip_count"] = float(metrics["clip_count"])
@@ -419,8 +451,10 @@ class RunLoop:
     if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
       self.status, self.diverged_round, self.running = "diverged", self.t + 1, False
       return
-    self.state = self.schedule.observe(self.state, self.t, {
-        k: v for k, v in row.items() if isinstance(v, (int, float))})
+    observed = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+    if self.validate_clients:
+      observed.pop("test_accuracy", None)
+    self.state = self.schedule.observe(self.state, self.t, observed)
     self.t += 1
     if self.run_dir and self.t % 25 == 0 and not self.checkpoint_due:
       self.run_dir.write_metrics(self.rows, self.columns)  # partial progress, still atomic
@@ -726,6 +760,7 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   trivial = sharding.is_trivial(mesh)
   round_fn, eval_fn = engine.make_sweep_fns(model, round_cfg, int(cfgs[0].eval.batch_size),
                                             None if trivial else mesh)
+  val_fn = engine.make_validation_fn(model, round_cfg)
   if trivial:
     pts = rep = args_sharding = None
     x_test, y_test = first.x_test, first.y_test
@@ -842,6 +877,15 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       for g, on in enumerate(ons):
         for lane in on:
           metrics[g, lane] = {k: v[g, lane] for k, v in m.items()}
+    val = None
+    if any(loops[i].wants_validation for i, _ in planned.values()):
+      # Every lane's own cohort (idle lanes: the template, std 0, result unused).
+      rows = [[planned[g, lane][1] if (g, lane) in planned else template
+               for lane in range(num_lanes)] for g in range(num_cohorts)]
+      stds = np.array([[max(loops[planned[g, lane][0]].val_std, 0.0)
+                        if (g, lane) in planned else 0.0 for lane in range(num_lanes)]
+                       for g in range(num_cohorts)], np.float32)
+      val = np.asarray(jax.device_get(val_fn(params, data, stack2(rows), stds)[0]))
     test = None
     if any(loops[i].wants_eval for i, _ in planned.values()):
       test = np.stack(jax.device_get(eval_fn(params, x_test, y_test)), axis=-1)  # [G, L, 2]
@@ -849,7 +893,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
     for (g, lane), (i, _) in planned.items():
       loop = loops[i]
       loop.record(metrics[g, lane],
-                  None if test is None else test[g, lane], now - started[i])
+                  None if test is None else test[g, lane], now - started[i],
+                  None if val is None else float(val[g, lane]))
       if loop.checkpoint_due:
         loop.save_checkpoint(lane_params(g, lane), now - started[i])
       if loop.status == "diverged" and bar is not None:

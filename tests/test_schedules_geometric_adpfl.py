@@ -79,7 +79,8 @@ def test_registry_config_fields_and_base_config():
 @pytest.mark.parametrize("sets,match", [
     ({"schedule.name": "geometric", "privacy.mechanism": "laplace"}, "privacy.mechanism"),
     ({"schedule.name": "geometric", "schedule.refine": "1", "eval.every": "2"}, "eval.every"),
-    ({"schedule.name": "adpfl", "schedule.adjust_every": "3", "eval.every": "2"}, "eval.every"),
+    ({"schedule.name": "adpfl", "schedule.validation": "server", "schedule.adjust_every": "3",
+      "eval.every": "2"}, "eval.every"),
 ])
 def test_config_refuses_unbounded_or_unobservable_combinations(sets, match):
   cfg = config_lib.override(config_lib.base_config(), [f"{k}={v}" for k, v in sets.items()])

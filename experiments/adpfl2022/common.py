@@ -29,7 +29,8 @@ The four methods (spec section 4) and how each maps onto the engine:
 * ``adpfl``: DP-SGD in the clients, W-ranked top-K selection
   (``wasserstein_topk``) and the validation-driven decay of eq. (15)
   (``schedule.adpfl``; the score is the global model's test accuracy, the
-  engine's held-out evaluation standing in for the paper's validation set).
+  engine's held-out evaluation standing in for the paper's validation set:
+  ``schedule.validation = 'server'``).
 
 Noise units. The paper's sigma is the ratio of the noise std to C on the SUM of
 the batch's clipped gradients, i.e. the multiplier against the add/remove
@@ -135,6 +136,9 @@ def paper_config(dataset: str = "mnist", partition: str = "noniid", *,
   c.privacy.epsilon = 1.0  # unused by formula='noise_multiplier'; finite = noise on
   c.schedule.k = K_DECAY
   c.schedule.alpha = ALPHA
+  # The committed results score S_t on the held-out test set (the engine's evaluation);
+  # the engine's default, 'clients', scores the selected clients' data with noise.
+  c.schedule.validation = "server"
   c.eval.every = 1
   c.checkpoint.every = 0
   c.progress = True

@@ -280,6 +280,10 @@ class PrivacyPlan:
       al. 2017 as printed) clips to a data-dependent bound, so its release has no
       provable sensitivity: the certified epsilon is ``inf`` and the accountant's
       value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
+    validation: ``'clients'`` when the schedule (``adpfl``) releases a noisy accuracy
+      on the selected clients' data after its adjustment rounds (charged by
+      :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
+    val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
   """
 
   mechanism: str
@@ -300,6 +304,8 @@ class PrivacyPlan:
   minibatch: str = "shuffle"
   batch_q: np.ndarray | None = None
   clip_rule: str = "fixed"
+  validation: str = "server"
+  val_noise_multiplier: float = 1.0
 
   @property
   def target_epsilon(self) -> float:
@@ -325,10 +331,16 @@ class PrivacyPlan:
     return np.where(finite, scale, 0.0)
 
   # --------------------------------------------------------------- accounting
-  def event(self, z: np.ndarray, participated: Any = True) -> accounting.Event:
+  def event(self, z: np.ndarray, participated: Any = True,
+            val_multiplier: float | None = None) -> accounting.Event:
     """The accounting event of one round for noise multipliers ``z [U]`` (scale /
     sensitivity; ``inf``: no noise). ``participated [U]`` says who took part, for
-    rules whose participation is charged as it happened (round robin)."""
+    rules whose participation is charged as it happened (round robin).
+
+    ``val_multiplier``: the round also releases the validation score on the selected
+    clients' data with multiplier ``z_val`` (``schedule.validation='clients'``); the
+    round is then one Gaussian of multiplier ``(z^-2 + z_val^-2)^(-1/2)``
+    (:func:`validation_sensitivity` proves why)."""
     z = np.asarray(z, np.float64)
     if self.poisson_steps:
       return self.poisson_step_event(z, participated)
@@ -336,6 +348,13 @@ class PrivacyPlan:
       # E noised steps inside one selection: the Gaussians' z^-2 add up, so the round is
       # one Gaussian with z / sqrt(E) (exact); Laplace: basic composition, z / E.
       z = z / (math.sqrt(self.steps) if self.mechanism == "gaussian" else self.steps)
+    if val_multiplier is not None:
+      if self.mechanism != "gaussian" or self.level != "example" \
+          or self.placement == "central":
+        raise ValueError("the validation release composes only with an example-level "
+                         "Gaussian round (check_validation refuses the others)")
+      with np.errstate(divide="ignore"):
+        z = np.where(np.isinf(z), np.inf, (z ** -2.0 + float(val_multiplier) ** -2.0) ** -0.5)
     level = "client" if self.placement == "central" else self.level
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
                           "relation": "replace_one", "level": level}
@@ -442,9 +461,14 @@ class PrivacyPlan:
 
   def accountant_step(self, state: AccountantState, noise: np.ndarray,
                       central_noise: float = 0.0,
-                      selected: np.ndarray | None = None) -> AccountantState:
+                      selected: np.ndarray | None = None,
+                      validate: bool = False) -> AccountantState:
     """Composes one round whose plan added ``noise [U]`` (or ``central_noise``) and
     selected the clients ``selected`` (ids; needed by deterministic rules).
+    ``validate``: the round also releases the noisy validation score on the selected
+    clients' data (``validation='clients'``, multiplier ``val_noise_multiplier``),
+    composed into the same event (:meth:`event`). The paper formulas' bookkeeping
+    (``inv_var_sum``) does not see it: the papers do not charge it.
 
     A client that may release without noise (multiplier ``inf``: a target of
     ``inf``, or a schedule's zero noise) is charged an infinite epsilon: nothing
@@ -458,7 +482,8 @@ class PrivacyPlan:
     rdp = state.rdp
     pure = state.pure_eps
     if not np.all(np.isinf(z)):
-      event = self.event(z, part)
+      charge_val = validate and self.validation == "clients"
+      event = self.event(z, part, self.val_noise_multiplier if charge_val else None)
       rdp = accounting.rdp_compose(rdp, event)
       if self.pure_composition:  # the round is 1/z-DP for each client that took part
         pure = pure + np.where(part, 1.0 / event.noise_multiplier, 0.0)
@@ -543,6 +568,9 @@ class PrivacyPlan:
         "sensitivity_claimed_max": None if self.claimed_sensitivity is None
         else float(np.max(self.claimed_sensitivity)),
         "clip_rule": self.clip_rule,
+        "validation": self.validation,
+        "val_noise_multiplier": self.val_noise_multiplier if self.validation == "clients"
+        else None,
         "accounting": accounting_info}
 
 
@@ -786,7 +814,7 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
     claimed_sens = np.asarray(formulas.yuan_sensitivity(clip, counts), np.float64)
   if formula in FU_FORMULAS:
     claimed_sens = np.full(u, float(formulas.fu_sensitivity(float(np.max(lrs)), steps, clip)))
-  return PrivacyPlan(
+  plan = PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
       epsilon=eps, delta=float(cfg.privacy.delta), q=q,
       selection=cfg.server.selection, sensitivity=sens,
@@ -795,7 +823,89 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
       claimed_sensitivity=claimed_sens,
       level="client" if step_grad and placement == "upload" else "example",
-      minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule)
+      minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule,
+      validation=validation_mode(cfg), val_noise_multiplier=float(
+          cfg.schedule.get("val_noise_multiplier", 1.0)))
+  check_validation(cfg, plan)
+  return plan
+
+
+VALIDATIONS = ("server", "clients")
+# The schedules that read a validation score (schedule.validation applies to them).
+VALIDATING_SCHEDULES = ("adpfl",)
+
+
+def validation_mode(cfg) -> str:
+  """``'clients'`` when the run releases A-DPFL's score on the selected clients' data
+  (``schedule.validation='clients'`` for a schedule that reads one), else ``'server'``."""
+  mode = cfg.schedule.get("validation", "server")
+  return "clients" if (mode == "clients" and cfg.schedule.name in VALIDATING_SCHEDULES
+                       ) else "server"
+
+
+def validation_sensitivity(counts: np.ndarray) -> float:
+  """Replace-one-example sensitivity of the accuracy on the selected clients' data:
+  ``1 / N_sel`` with ``N_sel = sum_{i in S} |D_i|`` (``counts`` of the selected).
+
+  Proof. ``S_t = (1 / N_sel) sum_{i in S} sum_{x in D_i} 1[f_w(x) correct]`` where
+  ``w`` is the new global model. ``w`` is the round's released output (a function of
+  the noised releases), so in the adaptive composition it is fixed when the score's
+  sensitivity is taken; the cohort S is drawn without reading examples, and the
+  counts ``|D_i|`` are public (replace-one keeps them), so ``N_sel`` is the same on
+  both neighbours. Replacing one example of one selected client changes one
+  indicator by at most 1 and no other term, so ``|S_t - S'_t| <= 1 / N_sel``. A
+  client that is not selected contributes nothing (``0`` change). With ``N_sel = 0``
+  the score is 0 on every dataset.
+
+  Accounting (:meth:`PrivacyPlan.event`). The round releases the model update
+  (Gaussian, multiplier z at the same replace-one-example adjacency) and
+  ``S_t + N(0, (z_val / N_sel)^2)``, both computed on the same cohort. For a fixed
+  cohort the pair is an adaptive composition of Gaussian mechanisms, which is
+  ``mu``-GDP with ``mu^2 = z^-2 + z_val^-2`` (Dong, Roth & Su 2022, Cor. 3.3), i.e.
+  dominated by one Gaussian of multiplier ``(z^-2 + z_val^-2)^(-1/2)``. Subsampling
+  acts on the dominating pair (Zhu, Dong & Wang 2022, Thm. 10-11), so the round is
+  charged as the selection rule's event of that single Gaussian: amplified as the
+  round itself for random rules, charged to the clients that took part for
+  deterministic ones. Not covered (refused by :func:`check_validation`): Laplace
+  rounds, client-level releases (central placement, ``step_grad_*``) and Poisson
+  minibatches (another adjacency).
+  """
+  n_sel = float(np.sum(np.asarray(counts, np.float64)))
+  return 1.0 / max(n_sel, 1.0)
+
+
+def check_validation(cfg, plan: PrivacyPlan | None = None) -> None:
+  """Refuses a ``schedule.validation`` that is unknown, or ``'clients'`` where its
+  release cannot be accounted (see :func:`validation_sensitivity`).
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  mode = cfg.schedule.get("validation", "server")
+  if mode not in VALIDATIONS:
+    raise ConfigError(f"schedule.validation: unknown {mode!r}; known: {VALIDATIONS}")
+  if validation_mode(cfg) != "clients":
+    return
+  z = float(cfg.schedule.get("val_noise_multiplier", 1.0))
+  if plan is not None and plan.noiseless:
+    return  # privacy off: the score is released as is, nothing is certified anyway
+  if not (math.isfinite(z) and z > 0):
+    raise ConfigError(f"schedule.val_noise_multiplier must be finite and > 0 with "
+                      f"schedule.validation='clients' (the score reads the clients' data "
+                      f"and is released with noise z_val / N_sel), got {z}")
+  if cfg.privacy.mechanism != "gaussian":
+    raise ConfigError("schedule.validation='clients' is accounted as a Gaussian release "
+                      f"composed with the round's Gaussian: privacy.mechanism must be "
+                      f"'gaussian', got {cfg.privacy.mechanism!r}; use "
+                      "schedule.validation='server'")
+  if cfg.privacy.placement == "central" or cfg.client.clip_mode in STEP_GRAD_MODES:
+    raise ConfigError("schedule.validation='clients' has an example-level sensitivity "
+                      "(1 / N_sel) that does not compose with a client-level round "
+                      f"(privacy.placement={cfg.privacy.placement!r}, client.clip_mode="
+                      f"{cfg.client.clip_mode!r}); use schedule.validation='server'")
+  if cfg.client.get("minibatch", "shuffle") == "poisson":
+    raise ConfigError("schedule.validation='clients' with client.minibatch='poisson' (add/"
+                      "remove adjacency) is not accounted; use schedule.validation='server'")
 
 
 def private_median_split(z: float, count_std: float) -> float:

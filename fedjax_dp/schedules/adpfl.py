@@ -18,13 +18,19 @@ what the paper leaves open (spec ``adpfl.md`` section 7):
   (default 1, every round; item 5), after rounds ``t`` with
   ``(t + 1) % adjust_every == 0``. The reduced sigma is broadcast with the next
   round (Sec. 5.4 step 6), i.e. it applies from round ``t + 1``.
-* The score is read from the metrics given to :func:`observe`: the key
-  ``val_accuracy`` if the round carries it, else ``test_accuracy`` (the run
-  loop's held-out evaluation stands in for the paper's validation set; the
-  spec's default is the mean accuracy on the selected clients' local data,
-  which the run loop does not compute). An adjustment round without either key
-  raises a ``ValueError`` naming ``eval.every``. Reading the score leaks
-  information that no accountant charges; the paper does the same.
+* Where ``S_t`` comes from is ``schedule.validation``. ``'clients'`` (the default,
+  the spec's reading of the paper): the accuracy of the new global model on the
+  union of the round's selected clients' local data, computed by the run loop
+  (:func:`fedjax_dp.engine.selected_accuracy`) and released with Gaussian noise
+  ``N(0, (z_val / N_sel)^2)`` (``z_val = schedule.val_noise_multiplier``, ``1 / N_sel``
+  its sensitivity, :func:`fedjax_dp.privacy.plan.validation_sensitivity`); the
+  accountant charges that release in the same round (so the schedule's dependence
+  on the data is certified), and the metrics carry it as ``val_accuracy``.
+  ``'server'``: the run loop's held-out evaluation (``test_accuracy``) stands in for
+  the paper's validation set; it reads no client data and costs no privacy.
+  :func:`observe` reads ``val_accuracy`` if the round carries it, else
+  ``test_accuracy`` (with ``'clients'`` the run loop passes no ``test_accuracy``). An
+  adjustment round without either key raises a ``ValueError``.
 * ``sigma_0`` is the configured formula's constant-schedule noise for
   ``T = ctx.rounds`` rounds (``ctx.noise_fn``); the paper's ``sigma_0 = 1.0`` is
   a noise multiplier, i.e. ``privacy.formula = 'noise_multiplier'`` with
@@ -40,7 +46,8 @@ what the paper leaves open (spec ``adpfl.md`` section 7):
 
 Parameters (``ctx.params``, from ``cfg.schedule``): ``k`` (in (0, 1), default
 0.7 as in the paper's Fig. 5), ``alpha`` (finite, default 0.005) and
-``adjust_every`` (integer >= 1, default 1).
+``adjust_every`` (integer >= 1, default 1); ``validation`` and
+``val_noise_multiplier`` are read by the run loop and the privacy plan.
 """
 
 from __future__ import annotations
@@ -150,8 +157,9 @@ def observe(state: AdpflState, t: int, metrics: Mapping[str, float]) -> AdpflSta
   if s is None:
     raise ValueError(
         f"schedule 'adpfl' reads the validation accuracy after round {t + 1} "
-        f"(A-DPFL Alg. 4) but the round carries none of {SCORE_KEYS}; set eval.every to "
-        f"divide schedule.adjust_every={state.adjust_every}")
+        f"(A-DPFL Alg. 4) but the round carries none of {SCORE_KEYS}; with "
+        f"schedule.validation='server' set eval.every to divide "
+        f"schedule.adjust_every={state.adjust_every}")
   # eq. (15) through the formula of record; sigma = 1 stands for the relative scale
   reduce = bool(formulas.adpfl_next_sigma(1.0, state.k, s - state.prev_score, state.alpha) < 1)
   return state._replace(reductions=state.reductions + int(reduce), prev_score=s)
