@@ -8,6 +8,8 @@ a neighbour search, the accountant's extra Gaussian against ``dp_accounting``, t
 schedule reading the released score, and the refused configs.
 """
 
+import itertools
+
 import dp_accounting
 import jax
 import jax.numpy as jnp
@@ -37,7 +39,7 @@ def _data(seed=0):
   x = rng.normal(size=(n, 3)).astype(np.float32)
   y = rng.integers(0, 4, size=n).astype(np.int32)
   bounds = np.cumsum((0,) + COUNTS)
-  clients = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+  clients = [np.arange(a, b) for a, b in itertools.pairwise(bounds)]
   return x, y, clients
 
 
@@ -151,6 +153,29 @@ def test_accountant_charges_exactly_the_extra_gaussian(placement):
                              rtol=1e-6)
 
 
+def test_poisson_minibatches_charge_the_score_to_the_cohort():
+  """Poisson minibatches: E subsampled-Gaussian steps and one Gaussian(z_val) per round
+  a client took part in (dp_accounting)."""
+  cfg = _rr_cfg(**{"client.minibatch": "poisson", "client.batch_size": 5,
+                   "client.local_steps": 2, "privacy.placement": "step",
+                   "server.selection": "wasserstein_topk"})
+  counts = np.array([10, 20, 10, 20])
+  plan = make_privacy_plan(cfg, counts)
+  assert plan.poisson_steps and plan.validation == "clients"
+  state = plan.accountant_init()
+  for sel in ([0, 1], [0, 2]):
+    state = plan.accountant_step(state, np.full(4, 1.3) * plan.sensitivity,
+                                 selected=np.array(sel), validate=True)
+  eps = plan.certified_epsilons(state)
+  assert eps[3] == 0.0  # never selected
+  for i, turns in enumerate((2, 1, 1)):
+    ref = dp_accounting.rdp.RdpAccountant(orders=list(accounting.DEFAULT_ORDERS))
+    ref.compose(dp_accounting.PoissonSampledDpEvent(
+        plan.batch_q[i], dp_accounting.GaussianDpEvent(1.3)), 2 * turns)
+    ref.compose(dp_accounting.GaussianDpEvent(2.0), turns)
+    np.testing.assert_allclose(eps[i], ref.get_epsilon(1e-5), rtol=1e-6, atol=1e-12)
+
+
 def test_amplified_rule_charges_the_joint_gaussian():
   """A random rule amplifies the round's single Gaussian of multiplier
   (z^-2 + z_val^-2)^(-1/2) (both releases read the same cohort)."""
@@ -182,7 +207,7 @@ def test_schedule_reads_the_released_client_score():
   assert len(rows) == 4 and all(r["val_accuracy"] != "" for r in rows)
   assert res.summary["privacy"]["validation"] == "clients"
   prev, m, sigma0 = 0.0, 0, rows[0]["noise_mean"]
-  for r, nxt in zip(rows[:-1], rows[1:]):
+  for r, nxt in itertools.pairwise(rows):
     m += int(r["val_accuracy"] - prev <= 0.02)
     prev = r["val_accuracy"]
     np.testing.assert_allclose(nxt["noise_mean"], sigma0 * 0.7 ** m, rtol=1e-9)

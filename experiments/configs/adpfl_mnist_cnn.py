@@ -63,6 +63,7 @@ def get_config():
   c.schedule.k = 0.7                   # Table 1
   c.schedule.alpha = 0.005             # not in the paper (spec 5.4 item 3)
   c.schedule.adjust_every = 1.0        # every round (spec 5.3 E3)
+  c.schedule.validation = "clients"    # S_t on the selected clients' data, noised, charged
   c.eval.every = 1
   c.checkpoint.every = 10
   return c

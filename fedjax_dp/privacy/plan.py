@@ -367,6 +367,14 @@ class PrivacyPlan:
       kw.update(rule.sampling(level, self.num_clients, self.clients_per_round, self.q))
     return accounting.Event(**kw)
 
+  def validation_event(self, participated: Any = True) -> accounting.Event:
+    """The validation release alone, charged to the clients that took part, unamplified
+    (Poisson minibatches, whose rounds claim no selection amplification either; see
+    :func:`validation_sensitivity`)."""
+    return accounting.Event(mechanism="gaussian", noise_multiplier=self.val_noise_multiplier,
+                            sampling="round_robin", relation="add_remove", level="example",
+                            participated=participated)
+
   @property
   def poisson_steps(self) -> bool:
     """Whether clients run DP-SGD with Poisson minibatches (``client.minibatch``)."""
@@ -483,8 +491,11 @@ class PrivacyPlan:
     pure = state.pure_eps
     if not np.all(np.isinf(z)):
       charge_val = validate and self.validation == "clients"
-      event = self.event(z, part, self.val_noise_multiplier if charge_val else None)
+      event = self.event(z, part, self.val_noise_multiplier
+                         if charge_val and not self.poisson_steps else None)
       rdp = accounting.rdp_compose(rdp, event)
+      if charge_val and self.poisson_steps:
+        rdp = accounting.rdp_compose(rdp, self.validation_event(part))
       if self.pure_composition:  # the round is 1/z-DP for each client that took part
         pure = pure + np.where(part, 1.0 / event.noise_multiplier, 0.0)
     pure = np.where(exposed, np.inf, pure)
@@ -866,9 +877,14 @@ def validation_sensitivity(counts: np.ndarray) -> float:
   acts on the dominating pair (Zhu, Dong & Wang 2022, Thm. 10-11), so the round is
   charged as the selection rule's event of that single Gaussian: amplified as the
   round itself for random rules, charged to the clients that took part for
-  deterministic ones. Not covered (refused by :func:`check_validation`): Laplace
-  rounds, client-level releases (central placement, ``step_grad_*``) and Poisson
-  minibatches (another adjacency).
+  deterministic ones. Poisson minibatches (add/remove one example, each client's
+  count public and held fixed, :data:`POISSON_ASSUMPTION`): ``N_sel`` is that public
+  count, adding or removing one example moves the numerator by at most 1, so the
+  sensitivity is again ``1 / N_sel``; those rounds claim no selection amplification
+  and charge the clients that took part, so the score is one more Gaussian event
+  composed for them (:meth:`PrivacyPlan.validation_event`). Not covered (refused by
+  :func:`check_validation`): Laplace rounds and client-level releases (central
+  placement, ``step_grad_*``).
   """
   n_sel = float(np.sum(np.asarray(counts, np.float64)))
   return 1.0 / max(n_sel, 1.0)
@@ -903,9 +919,6 @@ def check_validation(cfg, plan: PrivacyPlan | None = None) -> None:
                       "(1 / N_sel) that does not compose with a client-level round "
                       f"(privacy.placement={cfg.privacy.placement!r}, client.clip_mode="
                       f"{cfg.client.clip_mode!r}); use schedule.validation='server'")
-  if cfg.client.get("minibatch", "shuffle") == "poisson":
-    raise ConfigError("schedule.validation='clients' with client.minibatch='poisson' (add/"
-                      "remove adjacency) is not accounted; use schedule.validation='server'")
 
 
 def private_median_split(z: float, count_std: float) -> float:
