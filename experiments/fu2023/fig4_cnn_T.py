@@ -6,7 +6,7 @@ step, Gaussian noise of Theorem 2 (spec A6's c_2, delta = 1e-4). Each T is its o
 (sigma grows like sqrt(T_l)); T_g = T / 5 rounds over ``--rounds`` x epsilon x seeds run
 as ONE sweep (T is host-side). The paper's grid is T in {0, 50, ..., 500} with N = 3,500,
 b = 350 (T_l = T b / (N E) in {1, ..., 10}); the default here (``common.CNN_FIG4``) is
-N = 800 one-image clients, b = 80 (b / N = 1/10, E = 5, zeta = 3 as in the paper) and
+N = 1,600 one-image clients, b = 160 (b / N = 1/10, E = 5, zeta = 3 as in the paper) and
 T_g in {5, 10, 20, 40} (T = 25..200, T_l = ceil(b T_g / N) = 1, 1, 2, 4), what 2
 shared CPU cores finish in ~15 minutes. Many clients per round matter more than
 images per client: the mean of b uploads has noise std ``sigma eta E zeta / sqrt(b)``
