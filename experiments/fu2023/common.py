@@ -61,6 +61,13 @@ LR = {"num_clients": 1000, "samples_per_client": 8, "clients_per_round": 100, "l
 CNN_EPSILONS = (10.0, 20.0, 30.0, INF)
 CNN = {"num_clients": 20, "samples_per_client": 20, "clients_per_round": 2, "lr": 0.05,
        "test_samples": 500}
+# Fig. 4 only: at b = 2 the averaged Gaussian noise keeps every DP run at chance, so
+# plateau and collapse cannot be told apart. Many one-image clients instead: N = 1,600,
+# b = 160 (b / N = 1/10 still; the mean of b uploads has 1/80 of b = 2's noise
+# variance), equal sizes (size_sigma = 0: a round costs b x the largest client, and
+# log-normal sizes would pad every client to the largest, ~6x the mean).
+CNN_FIG4 = dict(CNN, num_clients=1600, samples_per_client=1, clients_per_round=160,
+                size_sigma=0.0)
 
 final_rows = repro.final_rows
 mean_std = repro.mean_std
@@ -90,6 +97,8 @@ def cnn_config(**overrides):
   cfg.data.samples_per_client = s["samples_per_client"]
   cfg.data.test_samples = s["test_samples"]
   cfg.server.clients_per_round = s["clients_per_round"]
+  if "size_sigma" in s:
+    cfg.data.size_sigma = s["size_sigma"]
   cfg.client.lr = s["lr"]
   cfg.eval.every = 10**6
   cfg.progress = False
