@@ -13,3 +13,4 @@ python $A/equal_epsilon.py --seeds 3        # the methods at equal certified eps
 python $A/fig6_k.py --seeds 3              # Fig. 6
 python $A/fig4_ablation.py --clients 100 --methods nonprivate,dpfl,adpfl,clfl   # Fig. 4 at K = 0.1 N
 python $A/table2.py --model cnn_adpfl_mnist --seeds 3 --test-samples 2000   # Table 2, the paper's CNN
+python $A/full_test.py table2_cnn_adpfl_mnist_k10_test2000   # its final models on all 10k test images
