@@ -131,3 +131,14 @@ def test_clfl_is_geyer_median_and_its_certified_variant_is_finite():
   assert cert.server.clip_rule == "private_median"
   eps = float(common.epsilon_of(cert, np.ones(50)))
   assert np.isfinite(eps) and eps > 0
+
+
+def test_speed_flags_reach_the_config():
+  import argparse
+  ap = common.add_args(argparse.ArgumentParser())
+  args = ap.parse_args(["--model", "cnn_adpfl_mnist", "--test-samples", "2000",
+                        "--client-chunk", "5", "--conv-impl", "conv"])
+  cfg = common.apply_args(common.paper_config("mnist", "iid", model=args.model), args)
+  assert (cfg.data.test_samples, cfg.server.client_chunk, cfg.server.conv_impl) == (2000, 5, "conv")
+  cfg = common.apply_args(common.paper_config("mnist", "iid"), ap.parse_args([]))
+  assert (cfg.data.test_samples, cfg.server.client_chunk) == (0, 0)  # the committed defaults

@@ -309,4 +309,19 @@ def add_args(ap, seeds: int = 1):
   ap.add_argument("--rounds", type=int, default=ROUNDS)
   ap.add_argument("--seeds", type=int, default=seeds)
   ap.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
+  ap.add_argument("--test-samples", type=int, default=0,
+                  help="evaluate (and score the decay) on a fixed subset of this many test "
+                       "examples; 0 = all (data.test_samples)")
+  ap.add_argument("--client-chunk", type=int, default=0,
+                  help="server.client_chunk (0 = all K at once, -1 = from free memory)")
+  ap.add_argument("--conv-impl", choices=["auto", "conv", "im2col"], default="auto",
+                  help="server.conv_impl for CNNs")
   return ap
+
+
+def apply_args(cfg, args):
+  """``cfg`` with the evaluation-subset and speed flags of :func:`add_args`."""
+  cfg.data.test_samples = int(args.test_samples)
+  cfg.server.client_chunk = int(args.client_chunk)
+  cfg.server.conv_impl = args.conv_impl
+  return cfg
