@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 A=experiments/adpfl2022
 python $A/table2.py --seeds 3              # Table 2 (MNIST IID / non-IID; CIFAR-10 skips)
 python $A/fig5_sigma.py                    # Fig. 5, from Table 2's runs
+python $A/fig5_alpha.py --seeds 2          # Fig. 5 as the target of alpha (alpha x spacing grid)
 python $A/fig4_ablation.py --seeds 3        # Fig. 4 and the ablation
 python $A/equal_epsilon.py --seeds 3        # the methods at equal certified epsilon
 python $A/fig6_k.py --seeds 3              # Fig. 6
