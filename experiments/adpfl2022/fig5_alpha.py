@@ -8,7 +8,8 @@ summarises each run's sigma trajectory with :func:`fig5_sigma.summary`, and rank
 the grid by the distance of its holds to the paper's (first hold 20, then 4, 4, 7).
 Writes ``results/fig5_alpha.csv`` (per run), ``results/fig5_alpha_best.csv``
 (per grid point, mean over seeds) and ``results/fig5_alpha.png`` (sigma per round of
-the closest grid point and of the default, beside the paper's trajectory). Run from the repository root::
+the closest grid point and of the default, beside the paper's trajectory). Run from
+the repository root::
 
   python experiments/adpfl2022/fig5_alpha.py --seeds 2
 """
@@ -78,9 +79,7 @@ def plot(df: pd.DataFrame, top) -> None:
   (alpha = common.ALPHA, every round), over the paper's Fig. 5 trajectory."""
   plt = common.plt()
   fig, ax = plt.subplots(figsize=(6.5, 4))
-  paper = np.concatenate([[v] * n for v, n in fig5_sigma.PAPER_HOLDS])
-  ax.step(np.arange(1, paper.size + 1), paper, "k", where="post", lw=2.5, alpha=0.4,
-          label="paper Fig. 5 (rounds 1-35)")
+  fig5_sigma.draw_paper(ax)
   picks = {f"a{top['alpha']:g}_e{int(top['adjust_every'])}": "C1",
            f"a{common.ALPHA:g}_e1": "C0"}
   for run, t in df.groupby("run", sort=False):

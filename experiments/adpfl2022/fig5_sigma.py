@@ -40,6 +40,13 @@ def summary(sigma: np.ndarray, k: float = common.K_DECAY) -> dict:
           "late_holds_shorter_than_first": bool(late and max(late) < h[0]) if late else None}
 
 
+def draw_paper(ax) -> None:
+  """The paper's printed Fig. 5 trajectory (rounds 1-35) as a grey step line."""
+  paper = np.concatenate([[v] * n for v, n in PAPER_HOLDS])
+  ax.step(np.arange(1, paper.size + 1), paper, "k", where="post", lw=2.5, alpha=0.4,
+          label="paper Fig. 5 (rounds 1-35)")
+
+
 def main():
   start = time.time()
   df = pd.read_csv(common.RESULTS / "table2_rounds.csv")
@@ -52,9 +59,7 @@ def main():
   print(table.to_string())
   plt = common.plt()
   fig, ax = plt.subplots(figsize=(6.5, 4))
-  paper = np.concatenate([[v] * n for v, n in PAPER_HOLDS])
-  ax.step(np.arange(1, paper.size + 1), paper, "k", where="post", lw=2.5, alpha=0.4,
-          label="paper Fig. 5 (rounds 1-35)")
+  draw_paper(ax)
   for i, (run, t) in enumerate(df.groupby("run", sort=False)):
     ax.step(t["round"], t["sigma"], where="post", color="C0" if run.startswith("iid") else "C1",
             alpha=0.8, label=run)
