@@ -66,6 +66,25 @@ def test_best_per_marks_interior_optima():
   assert best.loc[1, "worst_y"] == 5.0
 
 
+def test_plateau_verdicts_tell_the_four_shapes_apart():
+  common = _module("common")
+  seeds = [-0.01, 0.0, 0.01, -0.005, 0.005]
+  curves = {  # eps -> mean accuracy at T = 50, 100, 250, 500
+      "plateau": [0.30, 0.40, 0.40, 0.41],
+      "decline": [0.30, 0.50, 0.45, 0.40],
+      "collapse": [0.30, 0.50, 0.30, 0.12],
+      "at chance": [0.10, 0.10, 0.10, 0.10],
+  }
+  rows = [{"privacy.epsilon": k, "T": t, "test_accuracy": m + s}
+          for k, ms in curves.items() for t, m in zip([50, 100, 250, 500], ms) for s in seeds]
+  v = common.plateau_verdicts(pd.DataFrame(rows), chance=0.1).set_index("privacy.epsilon")
+  for k in curves:
+    assert v.loc[k, "verdict"] == k
+  assert v.loc["collapse", "best_T"] == 100 and v.loc["collapse", "last_T"] == 500
+  assert abs(v.loc["collapse", "kept_margin"] - 0.05) < 1e-9
+  assert v.loc["plateau", "p_fall"] > 0.05 > v.loc["decline", "p_fall"]
+
+
 def test_doubling_rounds_scales_the_aggregated_noise_variance():
   """Checklist item 5 (Def. 2, eqs. (2)-(3)): at fixed E, doubling T_g multiplies the
   per-coordinate noise variance by 4 for Laplace (beta ~ T_l, z = 2) and by 2 for the

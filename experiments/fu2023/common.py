@@ -165,6 +165,56 @@ def best_per(table: pd.DataFrame, by: str, x: str, y: str, lowest: bool = True) 
   return pd.DataFrame(out)
 
 
+def plateau_verdicts(fin: pd.DataFrame, chance: float, *, x: str = "T",
+                     y: str = "test_accuracy", group: str = "privacy.epsilon",
+                     alpha: float = 0.05) -> pd.DataFrame:
+  """Fig. 4's claim as a test: does the final accuracy plateau in T or collapse?
+
+  Per ``group`` value, over the per-seed final accuracies ``fin`` (one row per run):
+  the best T (highest mean), the largest T, the fall between them with a one-sided
+  Welch t-test (best > largest) and the share of the best's margin above ``chance``
+  kept at the largest T. Verdicts, fixed before the runs they judge:
+
+  * ``at chance``: the best T is not above chance (one-sided t-test, ``alpha``), so
+    there is nothing to plateau or collapse;
+  * ``plateau``: the largest T is not significantly below the best;
+  * ``decline``: significantly below, but keeps at least half the margin;
+  * ``collapse``: significantly below and keeps less than half the margin.
+
+  Args:
+    fin: one row per run with ``group``, ``x`` and ``y`` (:func:`finals`).
+    chance: the accuracy of guessing (0.1 for 10 classes).
+    x, y, group: column names.
+    alpha: the tests' level.
+
+  Returns:
+    One row per ``group`` value: ``best_T``, means, the fall, its p-value, the kept
+    share and the verdict.
+  """
+  from scipy import stats
+  out = []
+  for key, t in fin.groupby(group, sort=True):
+    means = t.groupby(x)[y].mean()
+    best, last = means.idxmax(), means.index.max()
+    a_best, a_last = t.loc[t[x] == best, y].to_numpy(), t.loc[t[x] == last, y].to_numpy()
+    above = stats.ttest_1samp(a_best, chance, alternative="greater").pvalue
+    fall = (stats.ttest_ind(a_best, a_last, equal_var=False, alternative="greater").pvalue
+            if best != last else 1.0)
+    margin = means[best] - chance
+    kept = (means[last] - chance) / margin if margin > 0 else float("nan")
+    if not above < alpha:
+      verdict = "at chance"
+    elif not fall < alpha:
+      verdict = "plateau"
+    else:
+      verdict = "decline" if kept >= 0.5 else "collapse"
+    out.append({group: key, f"best_{x}": best, f"{y}_at_best": means[best], f"last_{x}": last,
+                f"{y}_at_last": means[last], "fall": means[best] - means[last],
+                "p_fall": fall, "p_best_above_chance": above, "kept_margin": kept,
+                "seeds": len(a_last), "verdict": verdict})
+  return pd.DataFrame(out)
+
+
 def eps_label(e: float) -> str:
   return "eps=inf (no noise)" if not np.isfinite(e) else f"eps={e:g}"
 

@@ -11,7 +11,9 @@ T_g in {5, 10, 20, 40} (T = 25..200, T_l = ceil(b T_g / N) = 1, 1, 2, 4), what 2
 shared CPU cores finish in ~15 minutes. Many clients per round matter more than
 images per client: the mean of b uploads has noise std ``sigma eta E zeta / sqrt(b)``
 per coordinate, so at b = 2 (``common.CNN``, Figs. 2 and 6) every DP run stays at
-chance. Writes ``results/fig4_cnn_T.{csv,png}`` and ``_meta.json``. Run from the
+chance. Writes ``results/fig4_cnn_T.{csv,png}``, ``_meta.json`` and
+``results/fig4_cnn_T_verdict.csv`` (plateau / decline / collapse per epsilon, by the
+rule of :func:`common.plateau_verdicts`). Run from the
 repository root::
 
   python experiments/fu2023/fig4_cnn_T.py
@@ -53,6 +55,9 @@ def main(argv=None):
   curve = common.mean_std(fin, ["privacy.epsilon", "T"],
                           ["test_accuracy", "test_loss", "epsilon_claimed", "epsilon_certified"])
   common.write(curve, "fig4_cnn_T")
+  # The claim as a test (common.plateau_verdicts): plateau, decline or collapse per eps.
+  verdicts = common.plateau_verdicts(fin, chance=0.1)
+  common.write(verdicts, "fig4_cnn_T_verdict")
   common.plot_curves(curve, "T", "test_accuracy", "fig4_cnn_T",
                      f"Fu Fig. 4 (reduced): CNN / Gaussian on MNIST, E = 5, N = {args.clients}, "
                      f"b = {args.per_round} (mean +- std, {args.seeds} seeds)",
@@ -60,6 +65,7 @@ def main(argv=None):
   pd.set_option("display.width", 200)
   print(curve[["privacy.epsilon", "T", "test_accuracy_mean", "test_accuracy_std",
                "epsilon_claimed_mean", "epsilon_certified_mean"]].to_string())
+  print(verdicts.to_string())
   common.save_meta("fig4_cnn_T", start, seeds=args.seeds, clients=args.clients,
                    per_round=args.per_round, samples=args.samples,
                    size_sigma=args.size_sigma, lr=args.lr, rounds=args.rounds)
