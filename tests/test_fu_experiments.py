@@ -113,3 +113,29 @@ def test_test_samples_keeps_a_fixed_subset_and_refuses_negatives():
   assert bool((a.y_test == b.y_test).all())
   with pytest.raises(config_lib.ConfigError, match="data.test_samples"):
     experiment.build(config_lib.override(cfg, ["data.test_samples=-1"]))
+
+
+def test_mean_clipped_gradient_norm_matches_a_per_client_loop():
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from fedjax_dp.models import get_model
+  from fedjax_dp.privacy import clipping
+
+  sig = _module("fig4_signal")
+  model = get_model("cnn_fu_femnist", (8, 8, 1), 4)
+  params = model.init(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  xs = rng.normal(size=(5, 3, 8, 8, 1)).astype(np.float32)
+  ys = rng.integers(0, 4, size=(5, 3))
+  grads = [jax.grad(lambda p, x=x, y=y: jnp.mean(model.per_example_loss(model.apply(p, x), y)))(
+      params) for x, y in zip(xs, ys)]
+  norms = [float(clipping.tree_norm(g)) for g in grads]
+  for clip in (1e-3 * min(norms), 0.5 * np.median(norms), 1e3 * max(norms)):
+    clipped = [jax.tree_util.tree_map(lambda a, n=n: a * min(1.0, clip / n), g)
+               for g, n in zip(grads, norms)]
+    mean = jax.tree_util.tree_map(lambda *a: sum(a) / len(a), *clipped)
+    got = sig.mean_clipped_gradient_norm(model, params, xs, ys, clip, chunk=2)
+    np.testing.assert_allclose(got, float(clipping.tree_norm(mean)), rtol=1e-4)
+    assert got <= clip * (1 + 1e-5)

@@ -11,6 +11,9 @@ python $F/fig3_lr_T.py                       # Fig. 3 + Table II
 python $F/fig5_lr_E.py                       # Fig. 5 + Table III (+ E up to 120)
 python $F/fig7_lr_rule.py                    # Fig. 7
 python $F/compare_mechanisms.py              # Laplace vs Gaussian, claimed and certified eps
-python $F/fig4_cnn_T.py                      # Fig. 4 (reduced: N = 1,600, b = 160)
+python $F/fig4_cnn_T.py                      # Fig. 4 (reduced: N = 1,600, b = 160; T up to 500)
+python $F/fig4_signal.py                     # Fig. 4: signal per round, one-image vs writer clients
+python $F/fig4_cnn_T.py --epsilons 51,118,195 --name fig4_cnn_T_snr \
+  --note "noise set to the paper's per-round signal-to-noise at its eps = 10, 20, 30 (fig4_signal.py)"   # Fig. 4 at the paper's signal-to-noise
 python $F/fig2_cnn_epsilon.py --rounds 10 --eval-every 2 --epsilons 10,30,inf   # Fig. 2 (reduced)
 python $F/fig6_cnn_E.py --total 24 --e-grid 1,4,12,24 --epsilons 10,30,inf      # Fig. 6 + Table IV (reduced)
