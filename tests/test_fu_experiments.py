@@ -133,8 +133,8 @@ def test_mean_clipped_gradient_norm_matches_a_per_client_loop():
       params) for x, y in zip(xs, ys)]
   norms = [float(clipping.tree_norm(g)) for g in grads]
   for clip in (1e-3 * min(norms), 0.5 * np.median(norms), 1e3 * max(norms)):
-    clipped = [jax.tree_util.tree_map(lambda a, n=n: a * min(1.0, clip / n), g)
-               for g, n in zip(grads, norms)]
+    scales = [min(1.0, clip / n) for n in norms]
+    clipped = [jax.tree_util.tree_map(lambda a, s=s: a * s, g) for g, s in zip(grads, scales)]
     mean = jax.tree_util.tree_map(lambda *a: sum(a) / len(a), *clipped)
     got = sig.mean_clipped_gradient_norm(model, params, xs, ys, clip, chunk=2)
     np.testing.assert_allclose(got, float(clipping.tree_norm(mean)), rtol=1e-4)
