@@ -12,6 +12,7 @@ import ast
 import difflib
 import importlib.util
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ ConfigDict = ml_collections.ConfigDict
 
 
 SKEW_SCHEMES = ("constant", "adpfl_uniform", "adpfl_even")
+# privacy.noise_seed as recorded in a run directory: entropy drawn for 'os'.
+NOISE_SEED_HEX = re.compile(r"[0-9a-f]{32,}")
 
 
 class ConfigError(ValueError):
@@ -128,12 +131,19 @@ def base_config() -> ConfigDict:
   # the noise of the weighted sum once (same distribution of the model, K x fewer
   # random numbers; see engine.RoundConfig.aggregate_upload_noise).
   c.privacy.noise_sampling = "per_client"
-  # The run's random stream for noise (and minibatches): 0 is the seed's own. A sweep
-  # gives each point its own stream (its index), so lanes that share a seed do not
-  # draw the same noise at different scales (releasing two would reveal the noiseless
-  # aggregate); privacy.common_random_numbers=True keeps every point on this stream.
+  # The run's random stream for noise (and minibatches) is a hash of its config
+  # (fedjax_dp.noise_identity): runs that differ in what they release never draw the
+  # same noise at different scales (releasing two would reveal the noiseless
+  # aggregate), and the same config draws the same again. noise_stream is part of
+  # that config (another value: an independent replicate). common_random_numbers=True
+  # opts in to shared noise: the stream is (seed, noise_stream) alone, the same for
+  # every run (every sweep point) of that seed that also opts in.
   c.privacy.noise_stream = 0
   c.privacy.common_random_numbers = False
+  # '' : noise from the config's identity (deterministic: a simulation convenience);
+  # 'os': fresh OS entropy for a real release, drawn once and recorded in config.json
+  # (a resume reads it back); a recorded hex value reproduces that release.
+  c.privacy.noise_seed = ""
 
   c.schedule = ConfigDict()
   # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
@@ -304,6 +314,11 @@ def validate(cfg: ConfigDict) -> None:
                       f"(from free memory), got {cfg.server.client_chunk}")
   if int(cfg.privacy.noise_stream) < 0:
     raise ConfigError(f"privacy.noise_stream must be >= 0, got {cfg.privacy.noise_stream}")
+  seed = cfg.privacy.get("noise_seed", "")
+  if seed not in ("", "os") and not (isinstance(seed, str) and NOISE_SEED_HEX.fullmatch(seed)):
+    raise ConfigError(f"privacy.noise_seed must be '' (noise from the config's identity), "
+                      f"'os' (fresh OS entropy) or a recorded entropy of at least 32 "
+                      f"lowercase hex digits, got {seed!r}")
   if cfg.server.get("conv_impl", "auto") not in ("auto", "conv", "im2col"):
     raise ConfigError(f"server.conv_impl: unknown {cfg.server.conv_impl!r}; "
                       "known: ['auto', 'conv', 'im2col']")

@@ -54,7 +54,7 @@ CONV_IMPLS = ("auto",) + layers.CONV_IMPLS
 SERVER_TAG = 1  # round_key -> fold_in(round_key, SERVER_TAG) for server-side noise
 AGGREGATE_NOISE_TAG = 2  # server_key -> fold_in(., 2): the aggregated upload noise
 CLIENT_TAG = 0  # round_key -> fold_in(fold_in(round_key, CLIENT_TAG), client_id)
-STREAM_TAG = 3  # stream s > 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s)
+STREAM_TAG = 3  # stream s != 0: round_key -> fold_in(fold_in(round_key, STREAM_TAG), s_0)...
 COUNT_NOISE_TAG = 4  # server_key -> fold_in(., 4): noise of the clip rule's count
 # round_key -> fold_in(., 5): noise of the released validation score on the selected
 # clients' data (schedule.validation='clients', A-DPFL eq. (15))
@@ -82,9 +82,10 @@ class RoundArgs(NamedTuple):
     data_id: which dataset of a stacked :class:`FederatedData` (counts ``[D, U]``)
       this round reads; sweeps over seeds stack one partition per seed. Ignored for
       ordinary ``[U, ...]`` data.
-    stream: the run's random stream (``privacy.noise_stream``): points of a sweep
-      that share a seed, and so a cohort, draw independent noise and minibatches
-      when their streams differ. 0 is the seed's own stream.
+    stream: the run's random stream, ``uint32 [2]`` from its config's identity
+      (:func:`fedjax_dp.noise_identity.stream`; a scalar is one word): runs that
+      share a seed, and so a cohort, draw independent noise and minibatches when
+      their streams differ. All zeros is the seed's own stream.
     count_noise: ``clip_rule='private_median'``: std of the Gaussian noise on the
       count of selected clients whose update norm is at most ``clip`` (Andrew et al.
       2021, the ``sigma_b`` of their Alg. 1); unused (may be None) otherwise.
@@ -208,10 +209,17 @@ class RoundConfig:
 
 def round_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
   """``fold_in(PRNGKey(seed), t)``, moved to stream ``s`` by
-  ``fold_in(fold_in(., STREAM_TAG), s)`` when ``s > 0``."""
+  ``fold_in(fold_in(., STREAM_TAG), s_0), ..., s_n)`` when some word of ``s`` is not 0.
+
+  ``stream`` is a scalar or a vector of uint32 words (a run's
+  :func:`fedjax_dp.noise_identity.stream` is two); all zeros is the seed's own stream.
+  """
   key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
-  moved = jax.random.fold_in(jax.random.fold_in(key, STREAM_TAG), stream)
-  return jnp.where(jnp.asarray(stream) > 0, moved, key)
+  words = jnp.atleast_1d(jnp.asarray(stream)).astype(jnp.uint32)
+  moved = jax.random.fold_in(key, STREAM_TAG)
+  for i in range(words.shape[0]):  # static: the words of one run's stream
+    moved = jax.random.fold_in(moved, words[i])
+  return jnp.where(jnp.any(words != 0), moved, key)
 
 
 def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array,
@@ -786,7 +794,7 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
         noise=jax.ShapeDtypeStruct((b,), f32), central_noise=jax.ShapeDtypeStruct((), f32),
         server_lr=jax.ShapeDtypeStruct((), f32), round=jax.ShapeDtypeStruct((), i32),
         seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32),
-        stream=jax.ShapeDtypeStruct((), i32))
+        stream=jax.ShapeDtypeStruct((2,), jnp.uint32))
     lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
     stats = lowered.compile().memory_analysis()
     return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes

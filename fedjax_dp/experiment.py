@@ -38,7 +38,7 @@ import numpy as np
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, optimal_t, sharding
+from fedjax_dp import engine, noise_identity, optimal_t, sharding
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
@@ -262,6 +262,8 @@ class RunLoop:
     self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
     self.schedule = get_schedule(cfg.schedule.name)
     self.state = self.schedule.init(noise_context(cfg, setup.privacy))
+    # The noise stream: a hash of the release's config (fedjax_dp.noise_identity).
+    self.stream = noise_identity.stream(cfg)
     self.acct = self.privacy.accountant_init()
     self.rows: list[dict[str, Any]] = []
     self.status, self.diverged_round = "completed", None
@@ -416,7 +418,7 @@ class RunLoop:
         clip=np.float32(clip), noise=np.asarray(client_noise[idx], np.float32),
         central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
         round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0),
-        stream=np.int32(cfg.privacy.noise_stream), count_noise=np.float32(count_noise))
+        stream=self.stream, count_noise=np.float32(count_noise))
 
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
              wall: float, val: float | None = None) -> None:
@@ -459,6 +461,17 @@ class RunLoop:
     if self.run_dir and self.t % 25 == 0 and not self.checkpoint_due:
       self.run_dir.write_metrics(self.rows, self.columns)  # partial progress, still atomic
 
+  def _worst_client_accountant(self) -> dict[str, Any]:
+    """The run's RDP curve for its worst client at every order (an upper bound on
+    each client's curve) and its worst pure epsilon (``inf`` unless every round was
+    a pure Laplace release), so that independent runs on the same data can be
+    composed from their summaries (:func:`fedjax_dp.optimal_t.composed_epsilon`)."""
+    rdp = self.acct.rdp
+    pure = (float(np.max(self.acct.pure_eps, initial=0.0)) if self.privacy.pure_composition
+            else math.inf)
+    return {"orders": rdp.orders, "rdp_worst_client": np.max(rdp.rdp, axis=0),
+            "pure_epsilon_worst_client": pure}
+
   def finish(self, wall: float, params: Any, **extra: Any) -> RunResult:
     """Writes ``model.msgpack`` (the final ``params``), the last checkpoint,
     ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run directory
@@ -477,7 +490,9 @@ class RunLoop:
         privacy=privacy.describe(), wall_seconds=round(wall, 3),
         seconds_per_round=round(wall / max(len(rows), 1), 5),
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
-        **extra)
+        noise_stream_id=noise_identity.stream_hex(self.stream),
+        noise_seed=cfg.privacy.get("noise_seed", ""),
+        accountant=self._worst_client_accountant(), **extra)
     if self.run_dir:
       if self.status != "interrupted" and params is not None:
         if self.checkpoint_every:
@@ -512,10 +527,16 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   """
   from tqdm.auto import tqdm
 
+  # privacy.noise_seed='os': fresh entropy, or the one this directory recorded.
+  cfg = noise_identity.resolve(
+      cfg, None if overwrite else noise_identity.recorded_config(out_dir))
   if out_dir and sharding.is_primary():
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
   if optimal_t.is_optimal_t(cfg):
     config_lib.validate(cfg)
+    if out_dir and sharding.is_primary():
+      # Recorded now (its candidates' noise follows from it), so a resume finds it.
+      RunDir(out_dir).write_config(cfg.to_dict())
     grid = optimal_t.t_grid(cfg)
     bar = tqdm(total=sum(grid), disable=not cfg.progress, desc=f"{cfg.name} (optimal T)",
                unit="round")
@@ -593,6 +614,8 @@ def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None
     One :class:`RunResult` per config, in order.
   """
   cache = {} if cache is None else cache
+  cfgs = [noise_identity.resolve(c, noise_identity.recorded_config(d))
+          for c, d in zip(cfgs, out_dirs)]
   setups = [build(c, cache=cache) for c in cfgs]
   groups: dict[tuple, list[int]] = {}
   for i, s in enumerate(setups):

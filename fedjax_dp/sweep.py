@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 import jax
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, optimal_t, results, sharding
+from fedjax_dp import experiment, noise_identity, optimal_t, results, sharding
 
 SWEEP_COLUMNS = tuple(c for c in experiment.METRIC_COLUMNS if c != "wall_s")
 
@@ -161,10 +161,9 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
                                      for lab, k in zip(labels, keys))
     point_cfg.name = f"{base.name}/{name}"
     point_cfg.progress = False  # the sweep has one bar over all points
-    if not point_cfg.privacy.common_random_numbers and "privacy.noise_stream" not in keys:
-      # Independent noise per point (privacy.noise_stream); a point re-run alone from
-      # its config.json draws the same.
-      point_cfg.privacy.noise_stream = int(point_cfg.privacy.noise_stream) + index
+    # Each point's noise follows from its own config (fedjax_dp.noise_identity): points
+    # differ in their grid values, so they draw independent noise unless they opt in
+    # to privacy.common_random_numbers, and a point re-run alone draws the same.
     points.append(Point(index, name, values, point_cfg))
   return points
 
@@ -214,6 +213,25 @@ def _load_result(run_dir: Path) -> experiment.RunResult:
                               json.loads((run_dir / "summary.json").read_text()), None)
 
 
+def _draw_noise_seed(points: list[Point], out_dir: str | None) -> list[Point]:
+  """Points with ``privacy.noise_seed='os'`` get one fresh entropy for the sweep (their
+  grid values keep their noise apart), or the one ``out_dir/sweep.json`` recorded."""
+  if not any(p.config.privacy.get("noise_seed", "") == noise_identity.OS for p in points):
+    return points
+  recorded = None
+  if out_dir and (Path(out_dir) / "sweep.json").exists():
+    recorded = json.loads((Path(out_dir) / "sweep.json").read_text()).get("noise_seed")
+  seed = recorded or noise_identity.draw()
+  return [p._replace(config=config_lib.override(p.config, [f"privacy.noise_seed={seed}"]))
+          if p.config.privacy.noise_seed == noise_identity.OS else p for p in points]
+
+
+def _noise_seed(points: list[Point]) -> dict[str, str]:
+  """``{'noise_seed': entropy}`` for sweep.json when the points drew one, else {}."""
+  seeds = {p.config.privacy.get("noise_seed", "") for p in points} - {""}
+  return {"noise_seed": seeds.pop()} if len(seeds) == 1 else {}
+
+
 def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
               sets: Sequence[str] = (), progress: bool | None = None,
               devices: Sequence[jax.Device] | None = None) -> list[dict[str, Any]]:
@@ -235,7 +253,7 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   """
   from tqdm.auto import tqdm
 
-  points = expand(cfg, grid, sets)
+  points = _draw_noise_seed(expand(cfg, grid, sets), out_dir)
   progress = bool(cfg.progress) if progress is None else progress
   out = Path(out_dir) if out_dir else None
   point_dirs = [out / "points" / p.name if out else None for p in points]
@@ -243,7 +261,8 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   if out and sharding.is_primary():
     results.write_json(out / "sweep.json", {
         "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
-        "points": [{"name": p.name, "values": p.values} for p in points]})
+        "points": [{"name": p.name, "values": p.values} for p in points],
+        **_noise_seed(points)})
 
   # Every pending run: plain points, and each optimal_t point's candidates (one
   # constant-schedule run per T; finished candidates of an interrupted sweep are
@@ -298,7 +317,7 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS])
     results.write_json(out / "sweep.json", {
         "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
-        "points": [{"name": p.name, "values": p.values} for p in points],
+        "points": [{"name": p.name, "values": p.values} for p in points], **_noise_seed(points),
         "last_invocation": {"ran": len(pending), "skipped": len(points) - len(pending),
                              "wall_seconds": round(time.time() - start, 3)}})
   return rows

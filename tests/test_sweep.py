@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from _helpers import assert_rows_close, small_config, toy_federated
 
-from fedjax_dp import cli, engine, experiment, sweep
+from fedjax_dp import cli, engine, experiment, noise_identity, sweep
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp.models import get_model
@@ -196,15 +196,16 @@ def test_cohorts_in_sequence_equal_vmapped_cohorts():
 
 
 def test_points_draw_independent_noise_unless_common_random_numbers():
-  """Lanes of one cohort (same seed) get their own noise stream by default; with
-  privacy.common_random_numbers they share it (same noise at different scales)."""
+  """Lanes of one cohort (same seed) get their own noise stream by default (from
+  their configs, fedjax_dp.noise_identity); with privacy.common_random_numbers they
+  share it (same noise at different scales)."""
   base = _base()
-  streams = [p.config.privacy.noise_stream
-             for p in sweep.expand(base, {"privacy.epsilon": [1, 4, 16]})]
-  assert streams == [0, 1, 2]
+  streams = {tuple(noise_identity.stream(p.config))
+             for p in sweep.expand(base, {"privacy.epsilon": [1, 4, 16]})}
+  assert len(streams) == 3
   crn = config_lib.override(base, ["privacy.common_random_numbers=true"])
-  assert [p.config.privacy.noise_stream
-          for p in sweep.expand(crn, {"privacy.epsilon": [1, 4]})] == [0, 0]
+  assert [tuple(noise_identity.stream(p.config))
+          for p in sweep.expand(crn, {"privacy.epsilon": [1, 4]})] == [(0, 0), (0, 0)]
 
   data = toy_federated(6, 12, (8,), 3, 0, n_max=12)
   model = get_model("logistic", (8,), 3)
