@@ -38,6 +38,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from fedjax_dp import config as config_lib
@@ -115,6 +116,16 @@ def draw() -> str:
   return secrets.token_hex(16)
 
 
+def agree(seed: str) -> str:
+  """Process 0's ``seed`` (32 hex digits) on every process of a multi-host job, whose
+  processes run one release and must draw the same noise."""
+  if jax.process_count() == 1:
+    return seed
+  from jax.experimental import multihost_utils
+  words = np.frombuffer(bytes.fromhex(seed), np.uint32)
+  return np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32).tobytes().hex()
+
+
 def resolve(cfg, recorded: dict[str, Any] | None = None):
   """``cfg`` with ``privacy.noise_seed='os'`` replaced by entropy (else ``cfg`` itself).
 
@@ -129,11 +140,11 @@ def resolve(cfg, recorded: dict[str, Any] | None = None):
   seed = None
   if recorded is not None:
     have = recorded.get("privacy", {}).get("noise_seed")
-    if isinstance(have, str) and config_lib.NOISE_SEED_HEX.fullmatch(have):
+    if isinstance(have, str) and len(have) == 32 and config_lib.NOISE_SEED_HEX.fullmatch(have):
       candidate = config_lib.override(cfg, [f"privacy.noise_seed={have}"])
       if identity(candidate) == _release_fields(recorded):
         seed = have
-  return config_lib.override(cfg, [f"privacy.noise_seed={seed or draw()}"])
+  return config_lib.override(cfg, [f"privacy.noise_seed={agree(seed or draw())}"])
 
 
 def recorded_config(run_dir: str | Path | None) -> dict[str, Any] | None:

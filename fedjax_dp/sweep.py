@@ -221,7 +221,7 @@ def _draw_noise_seed(points: list[Point], out_dir: str | None) -> list[Point]:
   recorded = None
   if out_dir and (Path(out_dir) / "sweep.json").exists():
     recorded = json.loads((Path(out_dir) / "sweep.json").read_text()).get("noise_seed")
-  seed = recorded or noise_identity.draw()
+  seed = noise_identity.agree(recorded or noise_identity.draw())
   return [p._replace(config=config_lib.override(p.config, [f"privacy.noise_seed={seed}"]))
           if p.config.privacy.noise_seed == noise_identity.OS else p for p in points]
 
