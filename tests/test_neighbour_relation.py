@@ -43,7 +43,7 @@ def _run_epsilon(plan, rounds, validate=False):
   return plan.certified_epsilon(state)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pld_replace_one(q, sigma, count, delta, pessimistic):
   pld = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, neighboring_relation=REPLACE_ONE,
                                         pessimistic_estimate=pessimistic,
@@ -125,9 +125,9 @@ def test_replace_one_poisson_rdp_bounds_the_divergence():
                                                sum_of_terms=True), orders)
   for a, got in zip(orders, ours):
     x = np.linspace(-3 * a - 40, 40, 400_001)
-    log_mix = lambda m: np.logaddexp(np.log(1 - q) - 0.5 * x ** 2,
-                                     np.log(q) - 0.5 * (x - m) ** 2) - 0.5 * np.log(2 * np.pi)
-    logf = a * log_mix(-1.0) + (1 - a) * log_mix(1.0)
+    log_mix = [np.logaddexp(np.log(1 - q) - 0.5 * x ** 2, np.log(q) - 0.5 * (x - m) ** 2)
+               - 0.5 * np.log(2 * np.pi) for m in (-1.0, 1.0)]
+    logf = a * log_mix[0] + (1 - a) * log_mix[1]
     top = logf.max()
     ref = (top + np.log(np.trapezoid(np.exp(logf - top), x))) / (a - 1)
     assert ref - 1e-9 <= got <= ref + 1e-3 * max(ref, 1e-3)

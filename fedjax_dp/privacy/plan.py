@@ -739,6 +739,10 @@ def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_
     A rule that can draw a cohort of one (Poisson) gives ``p_i = 1``: such a run
     would need the noise of one client per round, so it is refused instead.
 
+  Assumption: the client sizes ``|D_i|`` (hence every ``p_i``) are public and equal
+  between neighbours, as replace-one of a client's data with a dataset of the same
+  size gives; a neighbour that changes ``|D_i|`` moves every weight and is not covered.
+
   Raises:
     ValueError: ``'normalized'`` with a rule whose cohort size is random.
   """
@@ -914,10 +918,11 @@ def validation_sensitivity(counts: np.ndarray) -> float:
   acts on the dominating pair (Zhu, Dong & Wang 2022, Thm. 10-11), so the round is
   charged as the selection rule's event of that single Gaussian: amplified as the
   round itself for random rules, charged to the clients that took part for
-  deterministic ones. Poisson minibatches (add/remove one example, each client's
-  count public and held fixed, :data:`POISSON_ASSUMPTION`): ``N_sel`` is that public
-  count, adding or removing one example moves the numerator by at most 1, so the
-  sensitivity is again ``1 / N_sel``; those rounds claim no selection amplification
+  deterministic ones. Poisson minibatches (the run's :attr:`PrivacyPlan.adjacency`;
+  under add/remove each client's count is public and held fixed,
+  :data:`POISSON_ASSUMPTION`): ``N_sel`` is that public count, adding, removing or
+  replacing one example moves the numerator by at most 1, so the sensitivity is
+  again ``1 / N_sel``; those rounds claim no selection amplification
   and charge the clients that took part, so the score is one more Gaussian event
   composed for them (:meth:`PrivacyPlan.validation_event`). Not covered (refused by
   :func:`check_validation`): Laplace rounds and client-level releases (central
