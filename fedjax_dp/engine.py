@@ -88,7 +88,9 @@ class RoundArgs(NamedTuple):
       their streams differ. All zeros is the seed's own stream.
     count_noise: ``clip_rule='private_median'``: std of the Gaussian noise on the
       count of selected clients whose update norm is at most ``clip`` (Andrew et al.
-      2021, the ``sigma_b`` of their Alg. 1); unused (may be None) otherwise.
+      2021, the ``sigma_b`` of their Alg. 1), required then (a round without it is
+      refused: the count would go out unnoised); unused (may be None) otherwise.
+      ``experiment.private_median_noise`` gives it with the round's clip and noise.
   """
 
   idx: jax.Array
@@ -347,6 +349,9 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
 
   fuse = cfg.fuse_one_step and cfg.clip_rule == "fixed" and one_step.fusable(model, client_cfg)
   count_rule = cfg.clip_rule == "private_median"
+  if count_rule and args.count_noise is None:
+    raise ValueError("server.clip_rule='private_median' releases a noisy count: the round's "
+                     "RoundArgs needs count_noise (experiment.private_median_noise gives it)")
 
   def block(idx, sel, noise):
     """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point)."""
@@ -794,7 +799,7 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
         noise=jax.ShapeDtypeStruct((b,), f32), central_noise=jax.ShapeDtypeStruct((), f32),
         server_lr=jax.ShapeDtypeStruct((), f32), round=jax.ShapeDtypeStruct((), i32),
         seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32),
-        stream=jax.ShapeDtypeStruct((2,), jnp.uint32))
+        stream=jax.ShapeDtypeStruct((2,), jnp.uint32), count_noise=jax.ShapeDtypeStruct((), f32))
     lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
     stats = lowered.compile().memory_analysis()
     return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes

@@ -317,10 +317,7 @@ class RunLoop:
     return max(self.privacy.q * self.setup.num_clients, 1.0)
 
   def _count_std(self) -> float:
-    """sigma_b of the noisy count (``server.clip_count_std``; < 0: Andrew et al.'s
-    default m / 20)."""
-    std = float(self.cfg.server.get("clip_count_std", -1.0))
-    return self._expected_cohort() / 20.0 if std < 0 else std
+    return count_std(self.cfg, self.privacy.q, self.setup.num_clients)
 
   def _next_clip(self, bound: float, count: float) -> float:
     """Andrew et al. (2021) geometric update toward the ``gamma`` quantile of the
@@ -407,12 +404,8 @@ class RunLoop:
       # The accountant charged multiplier z = central_noise / Delta(C); the device
       # splits it between the sum (z_sum, at the bound S_t) and the count
       # (plan.private_median_split), so the joint release is that z.
-      sens = float(privacy.sensitivity[0])
-      z = central_noise / sens if central_noise > 0 else math.inf
-      count_noise = self._count_std()
-      z_sum = private_median_split(z, count_noise)
-      clip = self.clip_bound
-      central_noise = 0.0 if math.isinf(z_sum) else z_sum * sens * clip / float(cfg.client.clip)
+      clip, central_noise, count_noise = private_median_noise(
+          privacy, central_noise, self.clip_bound, float(cfg.client.clip), self._count_std())
     return engine.RoundArgs(
         idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
         clip=np.float32(clip), noise=np.asarray(client_noise[idx], np.float32),
@@ -649,6 +642,28 @@ def group_key(s: Setup) -> tuple:
 @functools.lru_cache(maxsize=32)
 def _jit_init(model):
   return jax.jit(model.init)
+
+
+def count_std(cfg, q: float, num_clients: int) -> float:
+  """sigma_b of ``server.clip_rule='private_median'``'s noisy count
+  (``server.clip_count_std``; < 0: Andrew et al.'s default m / 20, m = max(q U, 1))."""
+  std = float(cfg.server.get("clip_count_std", -1.0))
+  return max(q * num_clients, 1.0) / 20.0 if std < 0 else std
+
+
+def private_median_noise(plan: PrivacyPlan, central_noise: float, clip_bound: float,
+                         base_clip: float, count_noise: float) -> tuple[float, float, float]:
+  """``(clip, central_noise, count_noise)`` the engine gets for a ``private_median``
+  round whose plan charged ``central_noise`` (a multiplier z against the
+  sensitivity at ``base_clip``): the sum at the bound ``clip_bound`` S_t gets
+  ``z_sum`` (:func:`private_median_split`) and the count ``count_noise``, so the
+  joint release is z. Every caller that builds such a round's
+  :class:`engine.RoundArgs` (the run loop, the audit) uses it."""
+  sens = float(plan.sensitivity[0])
+  z = central_noise / sens if central_noise > 0 else math.inf
+  z_sum = private_median_split(z, count_noise)
+  noise = 0.0 if math.isinf(z_sum) else z_sum * sens * clip_bound / base_clip
+  return clip_bound, noise, count_noise
 
 
 def _pad_clients(args: engine.RoundArgs, k: int) -> engine.RoundArgs:

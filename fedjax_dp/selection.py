@@ -49,6 +49,9 @@ Accounting of the A-DPFL rules, and the assumption it rests on:
   label histogram). Under that assumption the scores, ``p_i`` and the top-K set are
   data-independent. :attr:`SelectionRule.assumption` states it, and
   ``summary.json``'s ``privacy.accounting.assumption`` repeats it.
+* Only replace-one neighbours keep the histograms (and the counts ``|D_i|``) equal,
+  so a run with these rules is accounted under replace-one in every event
+  (:attr:`SelectionRule.relation`), Poisson minibatches included.
 * Top-K is then a fixed, known schedule: no amplification; a selected client is
   charged the full round (Gaussian, no subsampling) every round it is selected,
   the others nothing -- the participation-flag event of round robin.
@@ -99,6 +102,10 @@ class SelectionRule(NamedTuple):
       where the data cannot give it.
     assumption: None, or what the certified epsilon assumes beyond the accountant's
       adjacency (stated in ``summary.json``).
+    relation: None, or the only neighbour relation the assumption allows
+      (``'replace_one'``: the A-DPFL rules need equal label histograms and counts
+      between neighbours, which no add/remove neighbour has); the run's accounting
+      then uses it for every event (``PrivacyPlan.adjacency``).
   """
 
   sample: Callable[..., np.ndarray]
@@ -110,6 +117,7 @@ class SelectionRule(NamedTuple):
   min_cohort: Callable[[int, int, float], int]
   weights: Callable[..., np.ndarray] | None = None
   assumption: str | None = None
+  relation: str | None = None
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -210,8 +218,9 @@ def _adpfl_weights(field: str):
 PUBLIC_HISTOGRAMS = (
     "the clients' label histograms (which the selection is computed from) are public "
     "side information: the guarantee holds for adjacent datasets with equal label "
-    "histograms; selection is not amplified and a client is charged the rounds it was "
-    "selected in")
+    "histograms and counts (replace one example by one of the same label; adding or "
+    "removing one changes both, so it is not a neighbour); selection is not amplified "
+    "and a client is charged the rounds it was selected in")
 
 
 def _random_sampling(client_level: str):
@@ -252,12 +261,14 @@ RULES: dict[str, SelectionRule] = {
         sample=_wasserstein_topk, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
-        weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS),
+        weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS,
+        relation="replace_one"),
     "wasserstein_sample": SelectionRule(
         sample=_wasserstein_sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
-        weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS),
+        weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS,
+        relation="replace_one"),
 }
 SELECTIONS = tuple(RULES)
 

@@ -410,3 +410,34 @@ def test_private_median_host_loop():
                                                   "client.clip": 2.0}), np.full(20, 20))
   state = fixed.accountant_step(fixed.accountant_init(), np.zeros(20), fixed.sensitivity[0])
   assert loop.rows[0]["epsilon_certified"] == pytest.approx(fixed.certified_epsilon(state))
+
+
+def test_private_median_with_auto_client_chunk():
+  """server.client_chunk=-1 (the default) sizes the chunk by compiling a round with
+  placeholder RoundArgs, which lacked count_noise: private_median crashed there."""
+  cfg = _clfl_cfg("private_median", **{"data.samples_per_client": 20, "rounds": 1,
+                                       "server.client_chunk": -1, "model.name": "logistic",
+                                       "server.clip_count_std": 4.0, "progress": "false"})
+  result = experiment.run(cfg)
+  assert result.summary["status"] == "completed"
+
+
+def test_private_median_round_refuses_args_without_count_noise():
+  cfg = _clfl_cfg("private_median", **{"data.samples_per_client": 20,
+                                       "server.client_chunk": 0, "model.name": "logistic",
+                                       "server.clip_count_std": 4.0})
+  setup = experiment.build(cfg)
+  loop = experiment.RunLoop(cfg, setup)
+  args = loop.plan_round()._replace(count_noise=None)
+  fn = engine.make_round_fn(setup.model, setup.round_cfg)
+  params = setup.model.init(jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match="count_noise"):
+    fn(params, setup.data, args)
+  # The shared builder gives the audit what the run loop uses.
+  clip, central, count = experiment.private_median_noise(
+      setup.privacy, float(setup.privacy.sensitivity[0]), 2.0, float(cfg.client.clip),
+      experiment.count_std(cfg, setup.privacy.q, setup.num_clients))
+  assert clip == 2.0 and count == 4.0
+  assert central == pytest.approx(plan_lib.private_median_split(1.0, 4.0)
+                                  * float(setup.privacy.sensitivity[0]) * 2.0
+                                  / float(cfg.client.clip))

@@ -155,10 +155,11 @@ def test_accountant_charges_exactly_the_extra_gaussian(placement):
 
 def test_poisson_minibatches_charge_the_score_to_the_cohort():
   """Poisson minibatches: E subsampled-Gaussian steps and one Gaussian(z_val) per round
-  a client took part in (dp_accounting)."""
+  a client took part in (dp_accounting), under add/remove (round robin allows it; the
+  A-DPFL rules make it replace-one: tests/test_neighbour_relation.py)."""
   cfg = _rr_cfg(**{"client.minibatch": "poisson", "client.batch_size": 5,
                    "client.local_steps": 2, "privacy.placement": "step",
-                   "server.selection": "wasserstein_topk"})
+                   "server.selection": "round_robin"})
   counts = np.array([10, 20, 10, 20])
   plan = make_privacy_plan(cfg, counts)
   assert plan.poisson_steps and plan.validation == "clients"

@@ -44,6 +44,30 @@ def _package_file(package: str, *parts: str) -> str | None:
   return None
 
 
+def check_finite(values, path, rows=None) -> None:
+  """Refuses a table holding ``inf`` or ``nan`` (or a value beyond float32), in one
+  line naming the file and the first such row: one non-finite feature makes every
+  computation that reads it (the clipped upload, the loss) non-finite, which tells
+  neighbouring datasets apart with certainty.
+
+  Args:
+    values: ``[N, ...]`` the rows' numbers.
+    path: the file they were read from.
+    rows: ``[N]`` the rows' 1-based numbers in that file (default ``1..N``).
+
+  Raises:
+    ValueError: naming ``path`` and the row.
+  """
+  v = np.asarray(values, np.float64).reshape(len(values), -1)
+  with np.errstate(over="ignore"):
+    bad = ~np.all(np.isfinite(v) & np.isfinite(v.astype(np.float32)), axis=1)
+  if bad.any():
+    i = int(np.argmax(bad))
+    row = i + 1 if rows is None else int(np.asarray(rows)[i])
+    raise ValueError(f"{path}: row {row} holds a non-finite value (inf, nan or beyond "
+                     "float32); fix or drop that record")
+
+
 def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Zero mean, unit variance per column, with the training split's statistics.
 
@@ -139,6 +163,11 @@ def load_adult(data_dir: str | None = None):
   train, test = _read_adult(data_dir)
   xs_train, xs_test = [], []
   numeric = lambda df: df[list(ADULT_NUMERIC)].to_numpy(np.float64)
+  for df, name in ((train, ADULT_FILES[0]), (test, ADULT_FILES[1])):
+    src = os.path.join(data_dir, name) if data_dir is not None else \
+        _package_file(*ADULT_PACKAGE_FILE)
+    check_finite(numeric(df), src, np.arange(len(df)) + 1 if data_dir is not None
+                 else np.asarray(df.index) + 1)
   a, b = _standardise(numeric(train), numeric(test))
   xs_train.append(a)
   xs_test.append(b)
@@ -167,6 +196,12 @@ LENDING_CLUB_DROP = ("rownames", "emp_title", "state")
 LENDING_CLUB_PCA = 10
 LENDING_CLUB_TEST_FRACTION = 0.2
 _GRADES = "ABCDEFG"
+
+
+def _lending_club_source(data_dir: str | None) -> str | None:
+  if data_dir is not None:
+    return os.path.join(data_dir, LENDING_CLUB_CSV)
+  return _package_file(*LENDING_CLUB_PACKAGE_FILE)
 
 
 def _read_lending_club(data_dir: str | None):
@@ -216,7 +251,10 @@ def load_lending_club(data_dir: str | None = None, seed: int = 0):
   df = _read_lending_club(data_dir)
   if LENDING_CLUB_TARGET not in df.columns:
     raise TabularUnavailable(f"the Lending Club table has no {LENDING_CLUB_TARGET!r} column.")
-  df = df[df[LENDING_CLUB_TARGET].notna()].reset_index(drop=True)
+  # The index stays the source's row (check_finite names it).
+  df = df[df[LENDING_CLUB_TARGET].notna()]
+  check_finite(df[LENDING_CLUB_TARGET].to_numpy(np.float64), _lending_club_source(data_dir),
+               np.asarray(df.index) + 1)
   perm = np.random.default_rng(seed).permutation(len(df))
   n_test = round(LENDING_CLUB_TEST_FRACTION * len(df))
   test, train = df.iloc[np.sort(perm[:n_test])], df.iloc[np.sort(perm[n_test:])]
@@ -235,6 +273,9 @@ def load_lending_club(data_dir: str | None = None, seed: int = 0):
               for s in (a, b))
     if pd.api.types.is_numeric_dtype(a):
       a, b = a.to_numpy(np.float64), b.to_numpy(np.float64)
+      for v, part in ((a, train), (b, test)):  # nan is a missing value (imputed below)
+        check_finite(np.where(np.isnan(v), 0.0, v), _lending_club_source(data_dir),
+                     np.asarray(part.index) + 1)
       med = np.nanmedian(a) if np.isfinite(a).any() else 0.0
       cols_train.append(np.where(np.isnan(a), med, a)[:, None])
       cols_test.append(np.where(np.isnan(b), med, b)[:, None])

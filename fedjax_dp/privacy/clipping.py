@@ -29,12 +29,35 @@ PyTree = Any
 ORDS = {"l2": 2, "l1": 1}
 
 
-def tree_norm(tree: PyTree, ord: int = 2) -> jax.Array:
-  """L2 (``ord=2``) or L1 (``ord=1``) norm of all leaves taken as one vector."""
-  leaves = jax.tree_util.tree_leaves(tree)
+def _pow2_exponent(m: jax.Array) -> jax.Array:
+  """``e`` with ``2^(e-1) <= m < 2^e`` for finite ``m > 0`` (0 for ``m == 0``)."""
+  return jnp.frexp(jnp.where(jnp.isfinite(m), m, 0.0))[1]
+
+
+def _unit_scale(leaves) -> tuple[jax.Array, jax.Array]:
+  """``(p, finite)``: a power of two ``p`` with ``max |x| / p`` in ``[1, 2)`` (1 for
+  an all-zero vector), so dividing by it is exact and the scaled squares cannot
+  overflow; ``finite``: every entry is finite."""
+  m = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0.0) for x in leaves]))
+  e = _pow2_exponent(m)
+  return jnp.ldexp(jnp.ones((), m.dtype), jnp.where(m > 0, e - 1, 0)), jnp.isfinite(m)
+
+
+def _scaled_norm(leaves, p: jax.Array, ord: int) -> jax.Array:
   if ord == 1:
-    return sum(jnp.sum(jnp.abs(x)) for x in leaves)
-  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
+    return sum(jnp.sum(jnp.abs(x / p)) for x in leaves)
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x / p)) for x in leaves))
+
+
+def tree_norm(tree: PyTree, ord: int = 2) -> jax.Array:
+  """L2 (``ord=2``) or L1 (``ord=1``) norm of all leaves taken as one vector.
+
+  Computed on the vector divided by a power of two near its largest entry, so it
+  does not overflow unless the norm itself exceeds the float range (then ``inf``),
+  and does not lose denormal entries; non-finite entries give a non-finite norm."""
+  leaves = jax.tree_util.tree_leaves(tree)
+  p, _ = _unit_scale(leaves)
+  return p * _scaled_norm(leaves, p, ord)
 
 
 def clip_factor(norm: jax.Array, clip: jax.Array) -> jax.Array:
@@ -49,15 +72,27 @@ def clip_factor(norm: jax.Array, clip: jax.Array) -> jax.Array:
 def clip_by_norm(tree: PyTree, clip: jax.Array, ord: int = 2) -> tuple[PyTree, jax.Array]:
   """Scales ``tree`` so its global L2/L1 norm is at most ``clip``.
 
-  Used for the parameter vector after each local step (Yuan et al. Alg. 1) and for a
-  client's model update (DP-FedAvg, McMahan et al. 2018).
+  Used for the parameter vector after each local step (Yuan et al. Alg. 1), for a
+  client's model update (DP-FedAvg, McMahan et al. 2018) and for each example's
+  gradient. For ANY input the output is finite with norm at most ``clip`` (up to
+  float rounding): the vector is divided by a power of two ``p`` near its largest
+  entry (exact), whose scaled norm ``s`` cannot overflow, and multiplied by
+  ``min(p, clip / s)``; a vector with a non-finite entry (e.g. the gradient of a
+  record whose forward pass overflows) is mapped to 0, a data-independent point
+  of the ball, so neighbours still differ by at most the clip's sensitivity.
 
   Returns:
-    ``(clipped_tree, norm_before)``.
+    ``(clipped_tree, norm_before)`` (``norm_before`` may be ``inf``/``nan``).
   """
-  norm = tree_norm(tree, ord)
-  factor = clip_factor(norm, clip)
-  return jax.tree_util.tree_map(lambda x: x * factor.astype(x.dtype), tree), norm
+  leaves = jax.tree_util.tree_leaves(tree)
+  p, finite = _unit_scale(leaves)
+  s = _scaled_norm(leaves, p, ord)
+  mult = jnp.where(finite, jnp.minimum(p, clip / jnp.where(s > 0, s, 1.0)), 0.0)
+
+  def scale(x):
+    return jnp.where(finite, x / p.astype(x.dtype), 0.0) * mult.astype(x.dtype)
+
+  return jax.tree_util.tree_map(scale, tree), p * s
 
 
 def ghost_layers(model: Model, params, x, y, weights):
@@ -127,15 +162,16 @@ def ghost_weighted_grad(layers, flat_params, scale):
   Args:
     layers: ``{path: (a [n, ..., d_in], g [n, ..., d_out])}``.
     flat_params: the flattened parameter dict (which layers have a bias, kernel shapes).
-    scale: ``[n]`` per-example factors.
+    scale: ``[n]`` per-example factors, or ``{path: (kernel [n], bias [n])}`` per layer.
 
   Returns:
     The weighted gradient sum, as a parameter pytree.
   """
   grads = {}
   for prefix, (a, g) in layers.items():
+    k_scale, b_scale = scale[prefix] if isinstance(scale, dict) else (scale, scale)
     a, g = _positions(a, g)
-    cg = g * scale[:, None, None]
+    cg = g * k_scale[:, None, None]
     # One matmul over all examples and positions: [d_in, n T] x [n T, d_out].
     t = a.shape[1]
     kernel = (a[:, 0].T @ cg[:, 0] if t == 1
@@ -143,7 +179,7 @@ def ghost_weighted_grad(layers, flat_params, scale):
     # A Conv kernel [kh, kw, C_in, C_out] in its unfold order is a plain reshape.
     grads[prefix + ("kernel",)] = kernel.reshape(flat_params[prefix + ("kernel",)].shape)
     if prefix + ("bias",) in flat_params:
-      grads[prefix + ("bias",)] = jnp.sum(cg, (0, 1))
+      grads[prefix + ("bias",)] = jnp.sum(g * b_scale[:, None, None], (0, 1))
   return flax.traverse_util.unflatten_dict(grads)
 
 
@@ -228,12 +264,49 @@ def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
     ``(sum_i weights_i * clip(g_i), losses [n], norms [n])``.
   """
   layers, losses, flat_params = ghost_layers(model, params, x, y, weights)
-
-  norms = ghost_norms(layers, flat_params, ord)
-  # ``g`` already carries ``weights`` (it is the gradient of the weighted sum), so
+  # Every layer's a and g are divided per example by powers of two 2^e (exact), so
+  # the norm parts cannot overflow; the parts are recombined with their exponents,
+  # and each layer's clipped gradient is (a / 2^ea)^T (g / 2^eg) c 2^(ea + eg) with
+  # the factor c 2^e = min(2^e, C 2^(e - top) / root) finite. An example with a
+  # non-finite a or g (its forward pass overflowed) contributes 0, a point of the
+  # ball. ``g`` already carries ``weights`` (the gradient of the weighted sum), so
   # padded examples have g = 0 and contribute nothing.
-  c = clip_factor(norms, clip)
-  return ghost_weighted_grad(layers, flat_params, c), losses, norms
+  power = 1 if ord == 1 else 2
+  parts, exps, scaled = [], [], {}
+  finite = jnp.ones(x.shape[0], bool)
+  for prefix, (a, g) in layers.items():
+    (a_s, ea, fa), (g_s, eg, fg) = _row_scale(a), _row_scale(g)
+    finite = finite & fa & fg
+    scaled[prefix] = (a_s, g_s, ea + eg, eg)
+    parts.append(layer_norm_parts(a_s, g_s, False, ord))
+    exps.append(ea + eg)
+    if prefix + ("bias",) in flat_params:
+      parts.append(layer_norm_parts(jnp.zeros_like(a_s), g_s, True, ord))
+      exps.append(eg)
+  top = jnp.max(jnp.stack(exps), 0)
+  total = sum(p * jnp.ldexp(jnp.ones_like(p), power * (e - top)) for p, e in zip(parts, exps))
+  root = total if ord == 1 else jnp.sqrt(total)
+  norms = jnp.where(finite, jnp.ldexp(root, top), jnp.inf)
+  safe_root = jnp.where(root > 0, root, 1.0)
+
+  def factor(e):
+    return jnp.where(finite, jnp.minimum(jnp.ldexp(jnp.ones_like(root), e),
+                                         jnp.ldexp(clip / safe_root, e - top)), 0.0)
+
+  grad = ghost_weighted_grad({k: v[:2] for k, v in scaled.items()}, flat_params,
+                             {k: (factor(v[2]), factor(v[3])) for k, v in scaled.items()})
+  return grad, losses, norms
+
+
+def _row_scale(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Per example (axis 0): ``(v / 2^e, e, finite)`` with the row's largest entry
+  divided into ``[1, 2)`` (``e = 0`` for a zero row; a non-finite row becomes 0)."""
+  m = jnp.max(jnp.abs(v), axis=tuple(range(1, v.ndim)))
+  finite = jnp.isfinite(m)
+  e = jnp.where(m > 0, _pow2_exponent(m) - 1, 0)
+  shape = (-1,) + (1,) * (v.ndim - 1)
+  out = jnp.ldexp(jnp.where(finite.reshape(shape), v, 0.0), -e.reshape(shape))
+  return out, e, finite
 
 
 def _vmap_clipped_sum(model: Model, params, x, y, weights, clip, ord, chunk_size):
@@ -258,9 +331,8 @@ def _vmap_clipped_sum(model: Model, params, x, y, weights, clip, ord, chunk_size
   def body(acc, inputs):
     xc, yc, wc = inputs
     losses, g = grad_one(params, xc, yc)
-    norms = jax.vmap(lambda gi: tree_norm(gi, ord))(g)
-    c = clip_factor(norms, clip) * wc
-    acc = jax.tree_util.tree_map(lambda s, gi: s + jnp.tensordot(c, gi, axes=1), acc, g)
+    clipped, norms = jax.vmap(lambda gi: clip_by_norm(gi, clip, ord))(g)
+    acc = jax.tree_util.tree_map(lambda s, gi: s + jnp.tensordot(wc, gi, axes=1), acc, clipped)
     return acc, (losses, norms)
 
   zeros = jax.tree_util.tree_map(jnp.zeros_like, params)

@@ -284,6 +284,9 @@ class PrivacyPlan:
       on the selected clients' data after its adjustment rounds (charged by
       :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
     val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
+    adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
+      and used by every event it composes (``'replace_one'``, or ``'add_remove'``
+      for Poisson minibatches under a selection rule that allows it).
   """
 
   mechanism: str
@@ -306,6 +309,7 @@ class PrivacyPlan:
   clip_rule: str = "fixed"
   validation: str = "server"
   val_noise_multiplier: float = 1.0
+  adjacency: str = "replace_one"
 
   @property
   def target_epsilon(self) -> float:
@@ -357,7 +361,7 @@ class PrivacyPlan:
         z = np.where(np.isinf(z), np.inf, (z ** -2.0 + float(val_multiplier) ** -2.0) ** -0.5)
     level = "client" if self.placement == "central" else self.level
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
-                          "relation": "replace_one", "level": level}
+                          "relation": self.adjacency, "level": level}
     rule = self.rule
     if rule.deterministic:
       kw.update(sampling="round_robin", participated=participated)
@@ -370,9 +374,10 @@ class PrivacyPlan:
   def validation_event(self, participated: Any = True) -> accounting.Event:
     """The validation release alone, charged to the clients that took part, unamplified
     (Poisson minibatches, whose rounds claim no selection amplification either; see
-    :func:`validation_sensitivity`)."""
+    :func:`validation_sensitivity`), under the run's relation (its sensitivity
+    ``1 / N_sel`` holds for both)."""
     return accounting.Event(mechanism="gaussian", noise_multiplier=self.val_noise_multiplier,
-                            sampling="round_robin", relation="add_remove", level="example",
+                            sampling="round_robin", relation=self.adjacency, level="example",
                             participated=participated)
 
   @property
@@ -381,10 +386,17 @@ class PrivacyPlan:
     return self.minibatch == "poisson" and self.placement == "step"
 
   def poisson_step_event(self, z: np.ndarray, participated: Any = True) -> accounting.Event:
-    """One round of client DP-SGD with Poisson minibatches, for multipliers ``z [U]``.
+    """One round of client DP-SGD with Poisson minibatches, for multipliers ``z [U]``
+    measured against C (``sensitivity``: the norm bound of one clipped gradient).
 
-    The unit is one example of client i; neighbours ADD OR REMOVE it (the adjacency
-    of the Poisson-subsampled Gaussian, Mironov, Talwar & Zhang 2019). Client i's
+    The unit is one example of client i. Under ``adjacency='add_remove'`` neighbours
+    ADD OR REMOVE it (the adjacency of the Poisson-subsampled Gaussian, Mironov,
+    Talwar & Zhang 2019). Under ``'replace_one'`` (a selection rule that needs equal
+    label histograms and counts, :attr:`SelectionRule.relation`) they replace it by
+    one of the same label: the replaced example joins the batch with probability
+    ``q_i`` in both runs and moves the clipped sum by at most 2 C, so the step is the
+    replace-one Poisson-subsampled Gaussian, charged with multiplier ``z / 2`` against
+    that 2 C (``accounting.Event.sum_of_terms``: each term has norm C). Client i's
     count |D_i|, hence ``q_i = min(1, B / |D_i|)`` and the E steps, are public
     parameters of the mechanism (as DP-SGD treats the dataset size, Abadi et al.
     2016). Each local step releases ``(sum_{x in b} clip_C(g(x)) + N(0, z^2 C^2 I))
@@ -404,9 +416,11 @@ class PrivacyPlan:
     public, data-independent schedule and the guarantee holds for it; charging
     every round instead would bound every possible selection at once.
     """
-    return accounting.Event(mechanism="gaussian", noise_multiplier=z, sampling="poisson",
-                            q=self.batch_q, relation="add_remove", level="example",
-                            participated=participated, count=self.steps)
+    replace = self.adjacency == "replace_one"
+    return accounting.Event(mechanism="gaussian", noise_multiplier=z / 2.0 if replace else z,
+                            sampling="poisson", q=self.batch_q, relation=self.adjacency,
+                            level="example", participated=participated, count=self.steps,
+                            sum_of_terms=replace)
 
   def horizon_event(self, z: np.ndarray, rounds: int) -> accounting.Event:
     """The event of a constant schedule of ``rounds`` rounds at multiplier ``z``, for
@@ -570,9 +584,11 @@ class PrivacyPlan:
             "none: each client is charged the rounds it was selected in"
             if self.rule.deterministic else ev.sampling),
         "assumption": (self.rule.assumption if not self.poisson_steps else
-                       "; ".join(filter(None, [self.rule.assumption, POISSON_ASSUMPTION])))}
+                       "; ".join(filter(None, [self.rule.assumption,
+                                               POISSON_ASSUMPTION[self.adjacency]])))}
     return {
         "mechanism": self.mechanism, "placement": self.placement, "formula": self.formula,
+        "adjacency": self.adjacency,
         "delta": self.delta, "q": self.q, "selection": self.selection, "steps": self.steps,
         "sensitivity_min": float(np.min(self.sensitivity)),
         "sensitivity_max": float(np.max(self.sensitivity)),
@@ -585,10 +601,30 @@ class PrivacyPlan:
         "accounting": accounting_info}
 
 
-POISSON_ASSUMPTION = (
-    "client.minibatch='poisson': each client's example count |D_i| (hence q_i = B / "
-    "|D_i| and the number of steps) is a public parameter of the mechanism, held fixed "
-    "when one example is added or removed (the DP-SGD convention for the dataset size)")
+POISSON_ASSUMPTION = {
+    "add_remove": (
+        "client.minibatch='poisson': each client's example count |D_i| (hence q_i = B / "
+        "|D_i| and the number of steps) is a public parameter of the mechanism, held fixed "
+        "when one example is added or removed (the DP-SGD convention for the dataset size)"),
+    "replace_one": (
+        "client.minibatch='poisson' under replace-one (the selection rule's assumption "
+        "allows no add/remove neighbour): each step is the replace-one Poisson-subsampled "
+        "Gaussian (the replaced example is sampled with q_i = B / |D_i| in both runs and "
+        "moves the clipped sum by 2 C)"),
+}
+
+
+def run_adjacency(cfg) -> str:
+  """The run's one neighbour relation: ``'add_remove'`` for client DP-SGD with Poisson
+  minibatches (the relation of the Poisson-subsampled Gaussian) unless the selection
+  rule needs another (:attr:`SelectionRule.relation`, the A-DPFL rules:
+  ``'replace_one'``); every other run is accounted under ``'replace_one'``."""
+  rule = selection_lib.get_rule(cfg.server.selection)
+  poisson = (cfg.client.get("minibatch", "shuffle") == "poisson"
+             and cfg.privacy.placement == "step")
+  if poisson and rule.relation is None:
+    return "add_remove"
+  return "replace_one"
 
 MEDIAN_REASON = (
     "server.clip_rule='median' (Geyer et al. 2017 as printed): the clip bound S is the "
@@ -703,6 +739,10 @@ def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_
     A rule that can draw a cohort of one (Poisson) gives ``p_i = 1``: such a run
     would need the noise of one client per round, so it is refused instead.
 
+  Assumption: the client sizes ``|D_i|`` (hence every ``p_i``) are public and equal
+  between neighbours, as replace-one of a client's data with a dataset of the same
+  size gives; a neighbour that changes ``|D_i|`` moves every weight and is not covered.
+
   Raises:
     ValueError: ``'normalized'`` with a rule whose cohort size is random.
   """
@@ -790,8 +830,9 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
     if not per_example:
       raise ValueError("privacy.placement='step' needs a per-example client.clip_mode, "
                        f"got {clip_mode!r}")
-    # Poisson minibatches: add/remove adjacency, the clipped sum moves by C
-    # (PrivacyPlan.poisson_step_event); fixed-size batches: replace-one, 2 C.
+    # Poisson minibatches: C, one clipped gradient, the unit of DP-SGD's noise
+    # multiplier (the sum moves by C under add/remove and by 2 C under replace-one,
+    # which PrivacyPlan.poisson_step_event accounts); fixed-size batches: replace-one, 2 C.
     sens = np.full(u, clip if minibatch == "poisson" else 2.0 * clip)
   elif placement == "central":
     if clip_mode != "update_l2":
@@ -836,7 +877,7 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       level="client" if step_grad and placement == "upload" else "example",
       minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule,
       validation=validation_mode(cfg), val_noise_multiplier=float(
-          cfg.schedule.get("val_noise_multiplier", 1.0)))
+          cfg.schedule.get("val_noise_multiplier", 1.0)), adjacency=run_adjacency(cfg))
   check_validation(cfg, plan)
   return plan
 
@@ -877,10 +918,11 @@ def validation_sensitivity(counts: np.ndarray) -> float:
   acts on the dominating pair (Zhu, Dong & Wang 2022, Thm. 10-11), so the round is
   charged as the selection rule's event of that single Gaussian: amplified as the
   round itself for random rules, charged to the clients that took part for
-  deterministic ones. Poisson minibatches (add/remove one example, each client's
-  count public and held fixed, :data:`POISSON_ASSUMPTION`): ``N_sel`` is that public
-  count, adding or removing one example moves the numerator by at most 1, so the
-  sensitivity is again ``1 / N_sel``; those rounds claim no selection amplification
+  deterministic ones. Poisson minibatches (the run's :attr:`PrivacyPlan.adjacency`;
+  under add/remove each client's count is public and held fixed,
+  :data:`POISSON_ASSUMPTION`): ``N_sel`` is that public count, adding, removing or
+  replacing one example moves the numerator by at most 1, so the sensitivity is
+  again ``1 / N_sel``; those rounds claim no selection amplification
   and charge the clients that took part, so the score is one more Gaussian event
   composed for them (:meth:`PrivacyPlan.validation_event`). Not covered (refused by
   :func:`check_validation`): Laplace rounds and client-level releases (central
