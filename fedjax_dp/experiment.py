@@ -365,6 +365,12 @@ class RunLoop:
     return self._pending.val_std if self._pending is not None else -1.0
 
   @property
+  def planned(self) -> _Pending | None:
+    """What :meth:`plan_round` decided for the round it planned last (its noise plan,
+    the accountant state after it and its certified epsilon, the cohort), or None."""
+    return self._pending
+
+  @property
   def wants_eval(self) -> bool:
     """Whether the planned round ends with a test-set evaluation."""
     return self._pending is not None and self._pending.evaluate

@@ -42,15 +42,30 @@ releases a second attack projects the target's upload minus the reference client
 (it cancels noise shared between clients); the two attacks share the significance
 (Bonferroni).
 
-What is compared: the release of ONE round (the first, from the initial model) at
-the per-round noise the configured run would add, against the certified epsilon of
-that one round (:class:`fedjax_dp.privacy.plan.PrivacyPlan`, worst client). The
-certified epsilon of the whole run (``rounds`` rounds) is reported beside it. A
-correct mechanism keeps ``epsilon_lower <= epsilon_certified`` with probability at
-least ``1 - significance``; a broken one (noise too small, clipping off, noise
-shared between clients, a sensitivity that does not hold) shows up as a lower bound
-above the certified epsilon once enough trials are run (with perfect separation
-the bound is about 4.5 at 1000 trials; it grows like ``log(trials)``).
+What is compared: the release of ONE round (the first, from the initial model) as the
+configured run plans it -- its noise, clip bound, count noise and learning rates come
+from the run's own host loop (:class:`fedjax_dp.experiment.RunLoop`), and so does the
+certificate: the run's accountant after that round (``epsilon_certified`` of the
+run's first metrics row), validation-score and clip-count releases included, for the
+worst client (a client that takes part). With ``certify_run`` the run itself is run
+(no files) and its summary's certified epsilon is reported beside it. Both come from
+the same code path as the run's, so they cannot differ. A correct mechanism keeps
+``epsilon_lower <= epsilon_certified`` with probability at least
+``1 - significance``; a broken one (noise too small, clipping off, noise shared
+between clients, a sensitivity that does not hold) shows up as a lower bound above
+the certified epsilon once enough trials are run (with perfect separation the bound
+is about 4.5 at 1000 trials; it grows like ``log(trials)``).
+
+Canaries per mechanism. Poisson minibatches (``client.minibatch='poisson'``, add/remove
+adjacency): the ``in`` dataset holds one more example than ``out`` (same public
+count), on the input feature no other example uses (:func:`quietest_feature`); the
+attack projects on that feature's first-layer coordinates only, which move by the
+canary's clipped gradient in the steps that sample it and by noise otherwise, whatever
+else the batch drew (inclusion-aware). Laplace: a sparse canary, so the pair's L1
+difference sits in few coordinates, scored by the exact likelihood ratio. A round
+that releases the validation score (``schedule.validation='clients'``) is attacked
+through it as well: the canary's label is the class the initial model gives its
+``in`` input, so the score moves by its whole sensitivity ``1 / N_sel``.
 
 Variants (:data:`VARIANTS`) break the mechanism on purpose, while the certified
 epsilon stays that of the correct configuration, to show that the audit catches
@@ -82,6 +97,7 @@ from fedjax_dp import client as client_lib
 from fedjax_dp import engine
 from fedjax_dp.audit import estimators
 from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.privacy import plan as plan_lib
 
 PyTree = Any
 VARIANTS = ("none", "noise_div10", "no_clip", "shared_noise_key")
@@ -105,7 +121,8 @@ class AuditOptions:
     target: the client holding the canary.
     sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
       the pair's gradient difference is concentrated in few coordinates; the default
-      for the Laplace mechanism, whose test needs that concentration.
+      for the Laplace mechanism, whose test needs that concentration, and for Poisson
+      minibatches, whose attack reads the canary's own coordinates.
     lanes_per_call: trials per compiled call (memory); 0 chooses from the data size.
     aggregation: central placement only: run the server's aggregation with this rule
       instead of the config's, certified with ``noise_scale`` and
@@ -118,6 +135,10 @@ class AuditOptions:
       WITHOUT selection amplification (``sampling='full'``): this audits the
       sensitivity claim for one cohort the rule can draw (a claim the plan makes
       for every cohort).
+    certify_run: also run the configured run (its own training and accountant, no
+      files written) to report the certificate of the whole run from its summary;
+      ``False`` leaves ``epsilon_certified_run`` NaN (the per-round certificate, the
+      run's own first round, needs no training).
   """
 
   trials: int = 1000
@@ -132,6 +153,7 @@ class AuditOptions:
   lanes_per_call: int = 0
   aggregation: str | None = None
   cohort: tuple[int, ...] | None = None
+  certify_run: bool = True
 
   def validate(self) -> None:
     """Raises ValueError naming the bad option."""
@@ -170,8 +192,11 @@ class AuditResult(NamedTuple):
       with confidence ``1 - significance``.
     epsilon_one_run: Steinke et al.'s one-run lower bound on the same trials.
     epsilon_gdp: Andrew et al.'s Gaussian-DP estimate (assumes a Gaussian trade-off).
-    epsilon_certified: certified epsilon of the audited release (one round).
-    epsilon_certified_run: certified epsilon of the configured run (``rounds``).
+    epsilon_certified: certified epsilon of the audited release: the run's own
+      accountant after its first round (``epsilon_certified`` of the run's first
+      metrics row), validation-score and clip-count releases included.
+    epsilon_certified_run: certified epsilon of the configured run, from the run's
+      own summary (NaN without ``certify_run``).
     ratio: ``epsilon_lower / epsilon_certified``; above 1 the certificate is broken.
   """
 
@@ -194,50 +219,75 @@ class AuditResult(NamedTuple):
   sensitivity: float
   rounds: int
   wall_s: float
+  relation: str = "replace_one"
+  count_noise: float = 0.0
 
   def to_dict(self) -> dict[str, Any]:
     return dict(self._asdict())
+
 
 
 def _flat(tree: PyTree) -> jax.Array:
   return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)])
 
 
+def quietest_feature(data: FederatedData) -> int:
+  """The input feature with the least total magnitude over every client's examples.
+
+  A canary input on it (``sparse``) changes first-layer weights that the other
+  examples' gradients leave (nearly) untouched: ``x (dL/dz)^T`` is zero in the rows of
+  features that are zero (on ``digits`` and MNIST, feature 0, a corner pixel, always is).
+  """
+  x = np.abs(np.asarray(data.x, np.float32)) * np.asarray(data.mask, np.float32)[
+      (...,) + (None,) * (data.x.ndim - 2)]
+  return int(np.argmin(x.reshape(-1, int(np.prod(data.x.shape[2:]))).sum(0)))
+
+
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
-                scale: float, flip_input: bool = True, sparse: bool = False) -> FederatedData:
+                scale: float, flip_input: bool = True, sparse: bool = False,
+                relation: str = "replace_one") -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
   holds (x, y), ``out`` (-x, y) (or, without ``flip_input``, (x, y + 1 mod classes)):
   a replace-one pair of examples. Client level: every example of ``target`` is
-  changed so: a replace-one pair of clients.
+  changed so: a replace-one pair of clients. ``relation='add_remove'`` (example level,
+  the adjacency of Poisson minibatches): ``in`` holds the canary, ``out`` does not
+  (its mask is 0); the client's count stays, as the mechanism treats it as public.
 
-  ``sparse``: the canary inputs are ``scale`` times the first basis vector instead
-  of scaled data. The first layer's weight gradient ``x (dL/dz)^T`` is then one row,
-  so for a linear model the two clipped gradients differ in ``num_classes``
-  coordinates only (the bias gradients are equal): the whole L1 budget 2 C of the
-  pair lies in a few coordinates, where the Laplace likelihood-ratio test sees it
-  (an L1-bounded difference spread over many coordinates is hidden by Laplace
-  noise far better than its L1 norm says).
+  ``sparse``: the canary inputs are ``scale`` times the basis vector of
+  :func:`quietest_feature` instead of scaled data. The first layer's weight gradient
+  ``x (dL/dz)^T`` is then one row, so for a linear model the two clipped gradients
+  differ in ``num_classes`` coordinates only (the bias gradients are equal): the whole
+  L1 budget 2 C of the pair lies in a few coordinates, where the Laplace
+  likelihood-ratio test sees it (an L1-bounded difference spread over many
+  coordinates is hidden by Laplace noise far better than its L1 norm says), and the
+  other examples' gradients do not reach that row.
   """
-  x, y = np.array(data.x), np.array(data.y)
+  if relation not in ("replace_one", "add_remove"):
+    raise ValueError(f"canary relation: unknown {relation!r}")
+  if relation == "add_remove" and level != "example":
+    raise ValueError("an add/remove canary is one example (level 'example')")
+  x, y, mask = np.array(data.x), np.array(data.y), np.array(data.mask)
   n = int(data.counts[target])
   if n < 1:
     raise ValueError(f"audit.target: client {target} holds no examples")
   rows = slice(0, 1) if level == "example" else slice(0, n)
   if sparse:
     basis = np.zeros(x.shape[2:], x.dtype)
-    basis.flat[0] = 1.0
+    basis.flat[quietest_feature(data)] = 1.0
     x[target, rows] = basis
   x[target, rows] *= scale
-  x_out, y_out = x.copy(), y.copy()
-  if flip_input:
+  x_out, y_out, mask_out = x.copy(), y.copy(), mask.copy()
+  if relation == "add_remove":
+    mask_out[target, rows] = 0.0
+  elif flip_input:
     x_out[target, rows] = -x[target, rows]
   else:
     y_out[target, rows] = (y[target, rows] + 1) % num_classes
   stack = lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)])
   return FederatedData(x=stack(x_out, x), y=stack(y_out, y),
-                       counts=stack(data.counts, data.counts), mask=stack(data.mask, data.mask))
+                       counts=stack(data.counts, data.counts), mask=stack(mask_out, mask))
 
 
 def _lanes_per_call(pair: FederatedData, clients: int, requested: int, trials: int) -> int:
@@ -250,20 +300,21 @@ def _lanes_per_call(pair: FederatedData, clients: int, requested: int, trials: i
 
 @functools.lru_cache(maxsize=16)
 def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...]):
-  """Jitted ``fn(params, pair, lr, clip, noise, seeds [L], bits [L], v, c_in, c_out,
-  shared_key) -> scores [L, A]``
-  of lanes whose clients ``ids`` release their uploads (cached on the static parts,
-  so audits of the same shapes share one compiled program)."""
+  """Jitted ``fn(params, pair, lr, clip, noise, count, seeds [L], bits [L], v, c_in,
+  c_out, stream, shared_key) -> scores [L, A]`` of lanes whose clients ``ids`` release
+  their uploads (cached on the static parts, so audits of the same shapes share one
+  compiled program)."""
   ids_arr = np.asarray(ids)
 
-  def lane(params, pair, lr, clip, noise, seed, bit, v, c_in, c_out, shared_key):
+  def lane(params, pair, lr, clip, noise, count, seed, bit, v, c_in, c_out, stream,
+           shared_key):
     d = jax.tree_util.tree_map(lambda a: a[bit, ids_arr], pair)
-    keys = engine.client_keys(seed, jnp.int32(0), jnp.asarray(ids_arr))
+    keys = engine.client_keys(seed, jnp.int32(0), jnp.asarray(ids_arr), stream)
     # The broken variant (traced, so it shares the compiled program): one key for all.
     keys = jnp.where(shared_key, jnp.broadcast_to(keys[0], keys.shape), keys)
     hp = client_lib.ClientHParams(lr=jnp.broadcast_to(lr, (len(ids),) + lr.shape),
                                   clip=jnp.broadcast_to(clip, (len(ids),)),
-                                  step_noise=noise, upload_noise=noise)
+                                  step_noise=noise, upload_noise=noise, count=count)
     out = jax.vmap(client_lib.client_update, in_axes=(None, None, None, 0, 0, 0, 0, 0))(
         model, ccfg, params, d.x, d.y, d.mask, keys, hp)
     ups = jax.vmap(_flat)(out.params)
@@ -278,8 +329,8 @@ def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...]):
       scores.append(jnp.dot(ups[0] - ups[1], v))
     return jnp.stack(scores)
 
-  return jax.jit(jax.vmap(lane, in_axes=(None, None, None, None, None, 0, 0, None, None,
-                                           None, None)))
+  return jax.jit(jax.vmap(lane, in_axes=(None, None, None, None, None, None, 0, 0, None,
+                                           None, None, None, None)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -294,30 +345,349 @@ def _central_fn(model, rcfg: engine.RoundConfig):
 
 @functools.lru_cache(maxsize=16)
 def _clean_fn(model, ccfg: client_lib.ClientConfig):
-  """Jitted ``fn(params, pair, bit, target, lr, clip) -> [P]``: the target's noiseless
-  upload on dataset ``bit`` (the adversary's reference)."""
+  """Jitted ``fn(params, pair, bit, target, lr, clip, count) -> [P]``: the target's
+  noiseless upload on dataset ``bit`` (the adversary's reference)."""
   quiet = dataclasses.replace(ccfg, noise_placement="none")
 
-  def fn(params, pair, bit, target, lr, clip):
+  def fn(params, pair, bit, target, lr, clip, count):
     d = jax.tree_util.tree_map(lambda a: a[bit, target], pair)
     key = engine.client_keys(jnp.uint32(0), jnp.int32(0), target[None])[0]
     zero = jnp.zeros((), jnp.float32)
-    hp = client_lib.ClientHParams(lr=lr, clip=clip, step_noise=zero, upload_noise=zero)
+    hp = client_lib.ClientHParams(lr=lr, clip=clip, step_noise=zero, upload_noise=zero,
+                                  count=count)
     return _flat(client_lib.client_update(model, quiet, params, d.x, d.y, d.mask, key,
                                           hp).params)
   return jax.jit(fn)
 
 
+class _Plan(NamedTuple):
+  """The audited round as the run plans it, and the certificates compared with it."""
+
+  args: engine.RoundArgs      # round 0's device inputs (RunLoop.plan_round)
+  client_noise: np.ndarray    # [U] per-client noise of that round
+  central_noise: float        # the server's noise (central placement)
+  eps_round: float            # certified epsilon after round 0
+  eps_run: float              # certified epsilon of the run (NaN: not computed)
+  sensitivity: float
+  validates: bool = False     # round 0 also releases the validation score (A-DPFL)
+
+
+def _run_plan(cfg, setup, certify_run: bool) -> _Plan:
+  """Round 0 planned by the run's own host loop (:class:`fedjax_dp.experiment.RunLoop`):
+  its noise, clip bound, count noise and learning rates, and the certified epsilon its
+  accountant reports after it (validation-score events included). With
+  ``certify_run`` the run itself is run (no files) and its summary's certified
+  epsilon is the run's certificate: the same accountant path, so they cannot differ."""
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+
+  loop = experiment.RunLoop(cfg, setup)
+  args = loop.plan_round()
+  if args is None:
+    raise ValueError("the run plans no round (its schedule stops before round 1): "
+                     "nothing to audit")
+  planned = loop.planned
+  client_noise, central_noise = setup.privacy.device_noise(planned.plan.noise,
+                                                           planned.plan.central_noise)
+  eps_run = math.nan
+  if certify_run:
+    quiet = config_lib.override(cfg, ["progress=false"])
+    eps_run = float(experiment.run(quiet, setup=setup).summary["epsilon_certified"])
+  return _Plan(args, np.asarray(client_noise, np.float64), float(central_noise),
+               float(planned.certified), eps_run, float(np.max(setup.privacy.sensitivity)),
+               planned.val_std >= 0)
+
+
+def _claimed_plan(cfg, setup, options: AuditOptions, base: _Plan) -> _Plan:
+  """An explicitly given noise (``noise_scale``), sensitivity claim or known cohort:
+  certified by the plan's events for that claim (not the run's, which it replaces)."""
+  plan, u = setup.privacy, setup.num_clients
+  central = plan.placement == "central"
+  client_noise, central_noise, args = base.client_noise, base.central_noise, base.args
+  if options.noise_scale is not None:
+    client_noise = np.full(u, 0.0 if central else float(options.noise_scale))
+    central_noise = float(options.noise_scale) if central else 0.0
+    args = args._replace(central_noise=np.float32(central_noise))
+  certifier = plan
+  if options.claimed_sensitivity is not None:
+    certifier = dataclasses.replace(plan, sensitivity=np.full(u, options.claimed_sensitivity))
+  if options.cohort is not None:  # a known cohort: no selection amplification
+    certifier = dataclasses.replace(certifier, selection="all", q=1.0)
+  per_client = plan.rule.deterministic or plan.poisson_steps
+  k_cfg, q_cfg = int(cfg.server.clients_per_round), float(cfg.server.q)
+
+  def cohort(t: int) -> np.ndarray | None:
+    return plan.rule.sample(u, k_cfg, q_cfg, int(cfg.seed), t,
+                            weights=setup.selection_weights) if per_client else None
+
+  # The audited round is charged as for a client that takes part (the worst client).
+  acct = certifier.accountant_step(certifier.accountant_init(), client_noise, central_noise,
+                                   selected=np.arange(u) if per_client else None)
+  eps_round = certifier.certified_epsilon(acct)
+  acct = certifier.accountant_init()
+  for t in range(int(cfg.rounds)):
+    acct = certifier.accountant_step(acct, client_noise, central_noise, selected=cohort(t))
+  return _Plan(args, client_noise, central_noise, float(eps_round),
+               float(certifier.certified_epsilon(acct)),
+               float(np.max(certifier.sensitivity)), base.validates)
+
+
+def _trials(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+  """``(run seeds [n] uint32, coins [n] int32)`` of the trials, each from
+  ``fold_in(fold_in(PRNGKey(seed), AUDIT_SEED_TAG), trial)``: the audit's own seed,
+  whatever the run derives its noise streams from."""
+  base = jax.random.fold_in(jax.random.PRNGKey(int(seed)), AUDIT_SEED_TAG)
+  bits = jax.vmap(lambda i: jax.random.bits(jax.random.fold_in(base, i), (2,), jnp.uint32))(
+      jnp.arange(n))
+  bits = np.asarray(bits)
+  return bits[:, 0].astype(np.uint32), (bits[:, 1] & 1).astype(np.int32)
+
+
+def _canary(setup, options: AuditOptions, level: str, relation: str,
+            params: PyTree | None) -> FederatedData:
+  """The mechanism's canary pair. ``params``: the round also releases the validation
+  score, so the canary's label is the class the initial model gives its ``in`` input:
+  the ``in`` canary is then classified correctly and (flipped) the ``out`` one not, and
+  the score moves by its whole sensitivity ``1 / N_sel`` between them."""
+  plan = setup.privacy
+  sparse = options.sparse_canary
+  if sparse is None:
+    sparse = plan.mechanism == "laplace" or plan.poisson_steps
+  pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
+                     options.canary_scale, sparse=bool(sparse), relation=relation)
+  if params is None or setup.model.is_regression:
+    return pair
+  rows = 1 if level == "example" else int(setup.data.counts[options.target])
+  label = jnp.argmax(setup.model.apply(params, pair.x[1, options.target, :rows]), -1)
+  return pair._replace(y=pair.y.at[:, options.target, :rows].set(label.astype(pair.y.dtype)))
+
+
+def _direction(setup, params, pair, target, lr, clip, restrict: bool):
+  """``(v, c_in, c_out)``: the unit difference of the target's noiseless releases and
+  the releases themselves. Poisson minibatches take every example (``q = 1``) for
+  them, and (``restrict``) ``v`` keeps the coordinates that the other examples leave
+  unchanged: there the release moves only by the canary's own (sampled or not)
+  gradient and the noise, not by which other examples the lane's batch drew."""
+  ccfg = setup.round_cfg.client
+  if ccfg.minibatch == "poisson":
+    ccfg = dataclasses.replace(ccfg, batch_size=int(pair.x.shape[2]))
+  clean = _clean_fn(setup.model, ccfg)
+  tid = jnp.int32(target)
+  count = jnp.float32(pair.counts[0, target])
+  c_in = clean(params, pair, 1, tid, lr, clip, count)
+  c_out = clean(params, pair, 0, tid, lr, clip, count)
+  v = c_in - c_out
+  if restrict:
+    untouched = c_out == _flat(params)
+    if float(jnp.linalg.norm(jnp.where(untouched, v, 0.0))) > 0:
+      v = jnp.where(untouched, v, 0.0)
+  norm = float(jnp.linalg.norm(v))
+  if not norm > 0:
+    raise ValueError("the canary pair leaves the target's release unchanged: nothing to "
+                     "audit (audit.canary_scale or the data)")
+  return v / norm, c_in, c_out
+
+
+class _Lanes(NamedTuple):
+  """What the trials share: the variant's engine inputs and each trial's draw."""
+
+  seeds: np.ndarray         # [n] uint32 run seeds
+  bits: np.ndarray          # [n] int32 coins (1: the canary is in)
+  sels: list                # [n] (idx [K], mask [K]) each trial's cohort
+  client_noise: np.ndarray  # [U] float32 what the engine adds (after the variant)
+  central_noise: float
+  count_noise: float
+  clip: float
+
+
+def _lane_args(setup, plan: _Plan, lanes: _Lanes, idx: np.ndarray, fixed_ids,
+               client_slots: bool) -> engine.RoundArgs:
+  """``[L]`` :class:`engine.RoundArgs` of the trials ``idx``: the run's round 0 with
+  each trial's cohort, seed and coin (``data_id``). ``client_slots``: each slot adds
+  its client's noise (upload/step placement); else the server's (central)."""
+  a0, k, step = plan.args, setup.k_slots, idx.size
+  if fixed_ids is not None:
+    ids = np.full(k, fixed_ids[0], np.int32)
+    ids[:fixed_ids.size] = fixed_ids
+    sel = [(ids, (np.arange(k) < fixed_ids.size).astype(np.float32))] * step
+  else:
+    sel = [lanes.sels[i] for i in idx]
+  cohort = np.stack([s[0] for s in sel])
+  full = lambda value, dtype=np.float32: np.full(step, value, dtype)
+  return engine.RoundArgs(
+      idx=cohort, sel_mask=np.stack([s[1] for s in sel]),
+      lr=np.broadcast_to(np.asarray(a0.lr, np.float32), (step,) + np.shape(a0.lr)),
+      clip=full(lanes.clip),
+      noise=(lanes.client_noise[cohort] if client_slots else np.zeros((step, k))
+             ).astype(np.float32),
+      central_noise=full(0.0 if client_slots else lanes.central_noise),
+      server_lr=full(float(a0.server_lr)), round=full(0, np.int32),
+      seed=lanes.seeds[idx], data_id=lanes.bits[idx], stream=full(int(a0.stream), np.int32),
+      count_noise=full(lanes.count_noise))
+
+
+def _chunks(n: int, step: int):
+  """``(trials [step], kept)`` per compiled call: a constant lane count, the last call
+  padded (its padding dropped)."""
+  for start in range(0, n, step):
+    stop = min(n, start + step)
+    yield np.resize(np.arange(start, stop), step), stop - start
+
+
+def _central_scores(setup, rcfg, params, pair, plan: _Plan, lanes: _Lanes, v, step,
+                    fixed_ids) -> np.ndarray:
+  """``[1, n]`` projections of each trial's new global model (central placement)."""
+  fn = _central_fn(setup.model, rcfg)
+  out = [np.asarray(fn(params, pair, _lane_args(setup, plan, lanes, idx, fixed_ids, False),
+                       v))[:kept] for idx, kept in _chunks(lanes.seeds.size, step)]
+  return np.concatenate(out).T
+
+
+@functools.lru_cache(maxsize=16)
+def _validation_fn(model, rcfg: engine.RoundConfig):
+  """Jitted ``fn(params, pair, args [L], std [L]) -> scores [L]``: the attack on the
+  round's released validation score (``schedule.validation='clients'``).
+
+  The adversary sees the new global model w and the score ``S(w) + N(0, std^2)`` on
+  the selected clients' data; it computes the exact scores ``S_in(w)``, ``S_out(w)``
+  of both datasets and scores the release by the Gaussian likelihood ratio given w,
+  ``(S - (S_in + S_out) / 2) (S_in - S_out)``."""
+  def lane(params, pair, args, std):
+    new, _ = engine.round_step(model, rcfg, params, pair, args)
+    released, _ = engine.selected_accuracy(model, new, pair, args, std)
+    s_in = engine.selected_accuracy(model, new, pair, args._replace(data_id=1), 0.0)[1]
+    s_out = engine.selected_accuracy(model, new, pair, args._replace(data_id=0), 0.0)[1]
+    return (released - 0.5 * (s_in + s_out)) * (s_in - s_out)
+  return jax.jit(jax.vmap(lane, in_axes=(None, None, 0, 0)))
+
+
+def _validation_scores(setup, params, pair, plan: _Plan, lanes: _Lanes, step,
+                       divide: float) -> np.ndarray:
+  """``[1, n]`` validation-score attack of each trial (its noise std
+  ``z_val / N_sel`` of the trial's cohort, over ``divide`` for ``noise_div10``)."""
+  fn = _validation_fn(setup.model, setup.round_cfg)
+  counts = np.asarray(setup.data.counts, np.float64)
+  z_val = setup.privacy.val_noise_multiplier
+  out = []
+  for idx, kept in _chunks(lanes.seeds.size, step):
+    args = _lane_args(setup, plan, lanes, idx, None, True)
+    std = np.asarray([z_val * plan_lib.validation_sensitivity(counts[i[m > 0]])
+                      for i, m in zip(args.idx, args.sel_mask)], np.float32) / divide
+    out.append(np.asarray(fn(params, pair, args, std))[:kept])
+  return np.concatenate(out)[None]
+
+
+def _client_scores(setup, params, pair, plan: _Plan, lanes: _Lanes, ids, direction, step,
+                   shared_key: bool) -> np.ndarray:
+  """``[A, n]`` attack scores of each trial's target upload (upload/step placement)."""
+  v, c_in, c_out = direction
+  fn = _client_fn(setup.model, setup.round_cfg.client, tuple(int(i) for i in ids))
+  a0 = plan.args
+  lr = np.asarray(a0.lr, np.float32)
+  count = np.asarray(pair.counts[0], np.float32)[ids]
+  noise = lanes.client_noise[ids]
+  out = []
+  for idx, kept in _chunks(lanes.seeds.size, step):
+    scores = fn(params, pair, lr, np.float32(lanes.clip), noise, count, lanes.seeds[idx],
+                lanes.bits[idx], v, c_in, c_out, jnp.int32(a0.stream), shared_key)
+    out.append(np.asarray(scores)[:kept])
+  return np.concatenate(out).T
+
+
+def _make_lanes(cfg, setup, options: AuditOptions, plan: _Plan) -> _Lanes:
+  seeds, bits = _trials(options.seed, int(options.trials))
+  u = setup.num_clients
+  sels = [engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
+                                cfg.server.q, int(s), 0, weights=setup.selection_weights)
+          for s in seeds]
+  divide = 10.0 if options.variant == "noise_div10" else 1.0
+  clip = NO_CLIP if options.variant == "no_clip" else float(plan.args.clip)
+  count_noise = float(plan.args.count_noise if plan.args.count_noise is not None else 0.0)
+  return _Lanes(seeds, bits, sels, (plan.client_noise / divide).astype(np.float32),
+                plan.central_noise / divide, count_noise / divide, clip)
+
+
+def _check(cfg, setup, options: AuditOptions) -> np.ndarray | None:
+  """Refuses what cannot be audited; returns the fixed cohort's ids (or None)."""
+  plan, u = setup.privacy, setup.num_clients
+  if plan.placement == "none":
+    raise ValueError("privacy.placement='none': no mechanism to audit")
+  if options.noise_scale is None and plan.noiseless:
+    raise ValueError(f"privacy.epsilon={cfg.privacy.epsilon}: the run adds no noise, "
+                     "nothing to audit (set a finite epsilon or audit.noise_scale)")
+  if plan.uncertifiable:
+    raise ValueError("server.clip_rule='median' has certified epsilon inf (no sensitivity "
+                     "bound): there is no certificate to audit")
+  if not 0 <= options.target < u:
+    raise ValueError(f"audit.target must be in [0, {u}), got {options.target}")
+  central = plan.placement == "central"
+  for name in ("aggregation", "cohort"):
+    if getattr(options, name) is not None and not central:
+      raise ValueError(f"audit.{name} needs privacy.placement='central', got "
+                       f"{plan.placement!r}")
+  if central and options.variant == "shared_noise_key":
+    raise ValueError("audit.variant='shared_noise_key' needs client noise "
+                     "(privacy.placement upload or step), got 'central'")
+  if options.cohort is None:
+    return None
+  fixed_ids = np.unique(np.asarray(options.cohort, np.int64))
+  if fixed_ids.min() < 0 or fixed_ids.max() >= u or fixed_ids.size > setup.k_slots:
+    raise ValueError(f"audit.cohort {tuple(options.cohort)}: ids must be in [0, {u}) and "
+                     f"at most {setup.k_slots} of them")
+  return fixed_ids
+
+
+def _scores(setup, options: AuditOptions, params, pair, plan: _Plan, lanes: _Lanes,
+            fixed_ids) -> np.ndarray:
+  """``[A, n]`` every attack's score of every trial; a trial in which the attacked
+  release is not seen scores below all others (the same in and out)."""
+  privacy, u, n = setup.privacy, setup.num_clients, int(options.trials)
+  t = options.target
+  direction = _direction(setup, params, pair, t, np.asarray(plan.args.lr, np.float32),
+                         np.float32(lanes.clip), restrict=privacy.poisson_steps)
+  ids = np.asarray([t] + ([(t + 1) % u] if u > 1 else []))
+  if privacy.placement == "central":
+    rcfg = setup.round_cfg
+    if options.aggregation is not None:
+      rcfg = dataclasses.replace(rcfg, aggregation=options.aggregation,
+                                 expected_fraction=float(privacy.q))
+    step = _lanes_per_call(pair, setup.k_slots, int(options.lanes_per_call), n)
+    scores = _central_scores(setup, rcfg, params, pair, plan, lanes, direction[0], step,
+                             fixed_ids)
+    if not privacy.rule.deterministic:
+      return scores  # a random rule's central draw stays hidden from the adversary
+    seen = [(t,)]
+  else:
+    step = _lanes_per_call(pair, ids.size, int(options.lanes_per_call), n)
+    scores = _client_scores(setup, params, pair, plan, lanes, ids, direction, step,
+                            options.variant == "shared_noise_key")
+    seen = [(t,), tuple(ids)][:scores.shape[0]]
+    if plan.validates and options.variant != "shared_noise_key":
+      step = _lanes_per_call(pair, setup.k_slots, int(options.lanes_per_call), n)
+      val = _validation_scores(setup, params, pair, plan, lanes, step,
+                               10.0 if options.variant == "noise_div10" else 1.0)
+      scores = np.concatenate([scores, val])
+      seen.append((t,))  # the score reads the target's data when it is selected
+  # A client outside the trial's cohort releases nothing (the accountant's selection
+  # event charges q): the adversary sees the same 'no upload' in and out. A
+  # deterministic rule's cohort is public (it is accounted without amplification), so
+  # a central adversary may read it too.
+  chosen = {int(i): np.array([bool(np.any((idx == i) & (sel > 0))) for idx, sel in lanes.sels])
+            for i in ids}
+  visible = np.stack([np.all([chosen[i] for i in need], axis=0) for need in seen])
+  return np.where(visible, scores, np.min(scores) - 1.0)
+
+
 def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None = None,
           pair: FederatedData | None = None) -> AuditResult:
-  """Audits one round of the mechanism ``cfg`` configures (see the module docstring).
+  """Audits the first round of the mechanism ``cfg`` configures (module docstring).
 
   Args:
     cfg: a run config (:func:`fedjax_dp.config.base_config` fields).
     options: :class:`AuditOptions`.
     params: the global model the round starts from; default the run's initial model.
     pair: ``[2, U, ...]`` client data, index 0 the ``out`` dataset and 1 the ``in``
-      one; default :func:`canary_pair` of the config's data.
+      one; default the mechanism's canary (:func:`canary_pair`).
 
   Returns:
     :class:`AuditResult`.
@@ -333,155 +703,33 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     raise ImportError(estimators.INSTALL_HINT)
   t0 = time.time()
   setup = experiment.build(cfg)
-  plan, model, u = setup.privacy, setup.model, setup.num_clients
-  placement = plan.placement
-  if placement == "none":
-    raise ValueError("privacy.placement='none': no mechanism to audit")
-  if options.noise_scale is None and plan.noiseless:
-    raise ValueError(f"privacy.epsilon={cfg.privacy.epsilon}: the run adds no noise, "
-                     "nothing to audit (set a finite epsilon or audit.noise_scale)")
-  if not 0 <= options.target < u:
-    raise ValueError(f"audit.target must be in [0, {u}), got {options.target}")
-  central = placement == "central"
-  for name in ("aggregation", "cohort"):
-    if getattr(options, name) is not None and not central:
-      raise ValueError(f"audit.{name} needs privacy.placement='central', got {placement!r}")
-  if options.cohort is not None:
-    fixed_ids = np.unique(np.asarray(options.cohort, np.int64))
-    if fixed_ids.min() < 0 or fixed_ids.max() >= u or fixed_ids.size > setup.k_slots:
-      raise ValueError(f"audit.cohort {tuple(options.cohort)}: ids must be in [0, {u}) and "
-                       f"at most {setup.k_slots} of them")
-  if central and options.variant == "shared_noise_key":
-    raise ValueError("audit.variant='shared_noise_key' needs client noise "
-                     "(privacy.placement upload or step), got 'central'")
+  fixed_ids = _check(cfg, setup, options)
+  privacy = setup.privacy
+  central = privacy.placement == "central"
   level = "example" if cfg.client.clip_mode in ("per_example_l2", "per_example_l1") else "client"
-
-  # Per-round noise of the configured run (constant schedule over `rounds`), or the
-  # explicitly given one; the certificate is for this noise, before any variant.
-  client_noise, central_noise = plan.device_noise(plan.noise_scale(int(cfg.rounds)))
-  if options.noise_scale is not None:
-    client_noise = np.full(u, 0.0 if central else float(options.noise_scale))
-    central_noise = float(options.noise_scale) if central else 0.0
-  certifier = plan
-  if options.claimed_sensitivity is not None:
-    certifier = dataclasses.replace(plan, sensitivity=np.full(u, options.claimed_sensitivity))
-  if options.cohort is not None:
-    # A known cohort: no selection amplification.
-    certifier = dataclasses.replace(certifier, selection="all", q=1.0)
-  rule = plan.rule
-  k_cfg, q_cfg = int(cfg.server.clients_per_round), float(cfg.server.q)
-
-  def cohort(t: int) -> np.ndarray | None:
-    # A deterministic rule (round robin) is accounted from the realised cohort; a random
-    # rule's draw is part of its amplification and is not passed.
-    return rule.sample(u, k_cfg, q_cfg, int(cfg.seed), t) if rule.deterministic else None
-
-  # The audited round is charged as for a client that takes part (the worst client).
-  acct = certifier.accountant_step(certifier.accountant_init(), client_noise, central_noise,
-                                   selected=np.arange(u) if rule.deterministic else None)
-  eps_round = certifier.certified_epsilon(acct)
-  acct = certifier.accountant_init()
-  for t in range(int(cfg.rounds)):
-    acct = certifier.accountant_step(acct, client_noise, central_noise, selected=cohort(t))
-  eps_run = certifier.certified_epsilon(acct)
-
-  divide = 10.0 if options.variant == "noise_div10" else 1.0
-  engine_client_noise = np.asarray(client_noise, np.float32) / divide
-  engine_central_noise = np.float32(central_noise / divide)
-  clip = np.float32(NO_CLIP if options.variant == "no_clip" else cfg.client.clip)
-  lr = (cfg.client.lr * cfg.client.lr_decay ** np.arange(cfg.client.local_steps)
-        ).astype(np.float32)
+  relation = "add_remove" if privacy.poisson_steps else "replace_one"
+  claimed = any(getattr(options, f) is not None
+                for f in ("noise_scale", "claimed_sensitivity", "cohort"))
+  plan = _run_plan(cfg, setup, options.certify_run and not claimed)
+  if claimed:
+    plan = _claimed_plan(cfg, setup, options, plan)
   if params is None:
-    params = model.init(jax.random.PRNGKey(int(cfg.seed)))
+    params = setup.model.init(jax.random.PRNGKey(int(cfg.seed)))
   if pair is None:
-    sparse = options.sparse_canary
-    if sparse is None:
-      sparse = plan.mechanism == "laplace"
-    pair = canary_pair(setup.data, options.target, level, model.num_classes,
-                       options.canary_scale, sparse=bool(sparse))
-
-  # The adversary's direction: the difference of the noiseless releases of the target.
-  ccfg = setup.round_cfg.client
-  clean = _clean_fn(model, ccfg)
-  tid = jnp.int32(options.target)
-  c_in, c_out = clean(params, pair, 1, tid, lr, clip), clean(params, pair, 0, tid, lr, clip)
-  v = c_in - c_out
-  norm = float(jnp.linalg.norm(v))
-  if not norm > 0:
-    raise ValueError("the canary pair leaves the target's release unchanged: nothing to "
-                     "audit (audit.canary_scale or the data)")
-  v = v / norm
-
-  rng = np.random.default_rng([int(options.seed), AUDIT_SEED_TAG])
-  n = int(options.trials)
-  bits = (rng.random(n) < 0.5).astype(np.int32)
-  seeds = (np.arange(n, dtype=np.uint64) + np.uint64(n) * np.uint64(options.seed)
-           + np.uint64(1)).astype(np.uint32)
-  ids = np.asarray([options.target] + ([(options.target + 1) % u] if u > 1 else []))
-  rcfg = setup.round_cfg
-  if options.aggregation is not None:
-    rcfg = dataclasses.replace(rcfg, aggregation=options.aggregation,
-                               expected_fraction=float(plan.q))
-  if central:
-    k_slots = setup.k_slots
-    fn = _central_fn(model, rcfg)
-    clients = k_slots
-  else:
-    fn = _client_fn(model, ccfg, tuple(int(i) for i in ids))
-    clients = ids.size
-  step = _lanes_per_call(pair, clients, int(options.lanes_per_call), n)
-  out = []
-  for start in range(0, n, step):
-    sl = slice(start, min(n, start + step))
-    # A constant lane count per call: the last call is padded (and its padding dropped).
-    lane_seeds = np.resize(seeds[sl], step)
-    lane_bits = np.resize(bits[sl], step)
-    if central:
-      if options.cohort is not None:
-        idx = np.full(k_slots, fixed_ids[0], np.int32)
-        idx[:fixed_ids.size] = fixed_ids
-        mask = (np.arange(k_slots) < fixed_ids.size).astype(np.float32)
-        sel = [(idx, mask)] * step
-      else:
-        sel = [engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
-                                     cfg.server.q, int(s), 0) for s in lane_seeds]
-      args = engine.RoundArgs(
-          idx=np.stack([s[0] for s in sel]), sel_mask=np.stack([s[1] for s in sel]),
-          lr=np.broadcast_to(lr, (step,) + lr.shape), clip=np.full(step, clip, np.float32),
-          noise=np.zeros((step, k_slots), np.float32),
-          central_noise=np.full(step, engine_central_noise, np.float32),
-          server_lr=np.full(step, cfg.server.lr, np.float32),
-          round=np.zeros(step, np.int32), seed=lane_seeds, data_id=lane_bits,
-          stream=np.zeros(step, np.int32))
-      scores = fn(params, pair, args, v)
-    else:
-      scores = fn(params, pair, lr, clip, engine_client_noise[ids], lane_seeds, lane_bits, v,
-                  c_in, c_out, options.variant == "shared_noise_key")
-    out.append(np.asarray(scores)[: sl.stop - sl.start])
-  scores = np.concatenate(out).T  # [attacks, trials]
-  if not central or rule.deterministic:
-    # A client outside the lane's cohort releases nothing (the accountant's selection
-    # event charges q): the adversary sees the same 'no upload' in and out. A
-    # deterministic rule's cohort is public (it is accounted without amplification), so
-    # a central adversary may read it too; a random rule's central draw stays hidden.
-    chosen = np.zeros((ids.size, n), bool)
-    for lane, s in enumerate(seeds):
-      idx, sel = engine.select_clients(cfg.server.selection, u, cfg.server.clients_per_round,
-                                       cfg.server.q, int(s), 0)
-      chosen[:, lane] = [bool(np.any((idx == i) & (sel > 0))) for i in ids]
-    visible = np.stack([chosen[0], chosen[0] & chosen[-1]][:scores.shape[0]])
-    scores = np.where(visible, scores, np.min(scores) - 1.0)
-  inside = bits.astype(bool)
-  est = estimators.best_of(scores[:, inside], scores[:, ~inside], plan.delta,
+    pair = _canary(setup, options, level, relation, params if plan.validates else None)
+  lanes = _make_lanes(cfg, setup, options, plan)
+  scores = _scores(setup, options, params, pair, plan, lanes, fixed_ids)
+  inside = lanes.bits.astype(bool)
+  est = estimators.best_of(scores[:, inside], scores[:, ~inside], privacy.delta,
                            float(options.significance))
-  noise_scale = float(central_noise if central else np.max(client_noise))
-  sens = float(np.max(certifier.sensitivity))
-  ratio = est.clopper_pearson / eps_round if eps_round > 0 else math.inf
+  ratio = est.clopper_pearson / plan.eps_round if plan.eps_round > 0 else math.inf
   return AuditResult(
       epsilon_lower=est.clopper_pearson, epsilon_one_run=est.one_run, epsilon_gdp=est.gdp,
-      epsilon_certified=float(eps_round), epsilon_certified_run=float(eps_run),
-      ratio=float(ratio), delta=float(plan.delta), significance=float(options.significance),
-      trials=n, trials_in=int(inside.sum()), level=level, placement=placement,
-      mechanism=plan.mechanism, clip_mode=cfg.client.clip_mode, variant=options.variant,
-      noise_scale=noise_scale, sensitivity=sens, rounds=int(cfg.rounds),
-      wall_s=time.time() - t0)
+      epsilon_certified=plan.eps_round, epsilon_certified_run=plan.eps_run,
+      ratio=float(ratio), delta=float(privacy.delta), significance=float(options.significance),
+      trials=int(options.trials), trials_in=int(inside.sum()), level=level, placement=privacy.placement,
+      mechanism=privacy.mechanism, clip_mode=cfg.client.clip_mode, variant=options.variant,
+      noise_scale=float(plan.central_noise if central else np.max(plan.client_noise)),
+      sensitivity=plan.sensitivity, rounds=int(cfg.rounds), wall_s=time.time() - t0,
+      relation=relation, count_noise=lanes.count_noise * (
+          10.0 if options.variant == "noise_div10" else 1.0))
