@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import results
+from fedjax_dp import outputs, results, sharding
 
 NAME = "optimal_t"
 TABLE_COLUMNS = ("rounds", "final_test_loss", "final_test_accuracy", "epsilon_claimed",
@@ -72,6 +72,15 @@ def candidate_dir(out_dir: str | Path | None, rounds: int) -> Path | None:
   return None if out_dir is None else Path(out_dir) / f"T={rounds}"
 
 
+def claim_candidate(out_dir: str | Path | None, rounds: int) -> Path | None:
+  """:func:`candidate_dir`, claimed as the ``optimal_t`` directory's own (listed in
+  its manifest, :func:`fedjax_dp.outputs.claim`) by the process that writes."""
+  path = candidate_dir(out_dir, rounds)
+  if path is not None and sharding.is_primary():
+    outputs.claim(path, "candidate", parent=out_dir)
+  return path
+
+
 def _final(summary) -> float:
   loss = summary.get("final_test_loss")
   return math.inf if loss is None or not math.isfinite(float(loss)) else float(loss)
@@ -101,7 +110,7 @@ def select(cfg, runs: Sequence[tuple[int, results.RunResult]],
     run_dir = results.RunDir(out_dir)
     run_dir.write_config(cfg.to_dict())
     run_dir.write_metrics(best.rows, results.METRIC_COLUMNS)
-    results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS)
+    results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS, owned=True)
     run_dir.write_plot(best.rows, title=f"{cfg.name}: optimal T = {best_t} of "
                        f"{len(runs)} (constant schedule)")
     run_dir.write_summary(summary)  # last: its presence marks the directory complete
