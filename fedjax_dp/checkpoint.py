@@ -34,14 +34,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from flax import serialization
 
-from fedjax_dp import results
+from fedjax_dp import outputs, results
 from fedjax_dp.config import ConfigError
 
 FILENAME = "checkpoint.msgpack"
@@ -135,7 +134,7 @@ def save(path: str | os.PathLike, state: RunState, params: Any,
       "params": serialization.to_state_dict(params),
   })
   digest = hashlib.sha256(payload).hexdigest().encode()
-  results._atomic_write(Path(path), _MAGIC + digest + b"\n" + payload)
+  outputs.atomic_write(Path(path), _MAGIC + digest + b"\n" + payload, owned=True)
 
 
 def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
@@ -182,37 +181,39 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
 
 def save_model(path: str | os.PathLike, params: Any) -> None:
   """Writes the final model (``flax.serialization.to_bytes``), atomically."""
-  results._atomic_write(Path(path), serialization.to_bytes(params))
+  outputs.atomic_write(Path(path), serialization.to_bytes(params), owned=True)
 
 
 def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
                   overwrite: bool = False) -> None:
-  """Checks that run directory ``path`` may be written by a run of ``config``.
+  """Checks that run directory ``path`` may be written by a run of ``config``, and
+  claims it (:func:`fedjax_dp.outputs.claim`, kind ``'run'``).
 
-  A directory without ``config.json``, or with nothing else (a run that failed
-  before its first round), is free; one with the same config (up to
-  :data:`NON_RESULT_FIELDS`) is resumed. With ``overwrite``, a run directory (one
-  holding ``config.json``) is deleted first.
+  A new or empty directory, or one whose run wrote nothing but ``config.json`` (it
+  failed before its first round), is free; one with the same config (up to
+  :data:`NON_RESULT_FIELDS`) is resumed. With ``overwrite``, the files the project
+  wrote there are removed first (only those: anything else is refused, named).
 
   Raises:
     config.ConfigError: ``path`` holds a run of another config; the message names
       the differing fields.
+    outputs.OutputError: ``path`` is not a run directory of the project's, or cannot
+      be written.
   """
-  path = Path(path)
-  found = path / "config.json"
-  if not found.exists() or not any(
-      p.name != "config.json" and not p.name.startswith(".") for p in path.iterdir()):
-    return
-  if overwrite:
-    shutil.rmtree(path)
-    return
-  try:
-    have = json.loads(found.read_text())
-  except ValueError as e:
-    raise ConfigError(f"--out {path}: unreadable {found} ({e}); use --overwrite to replace "
-                      "it") from e
-  diff = config_diff(have, config)
-  if diff:
-    raise ConfigError(f"--out {path} holds a run of a different config ({'; '.join(diff[:4])}"
-                      f"{'; ...' if len(diff) > 4 else ''}); use --overwrite to replace it, "
-                      "or another --out")
+  def same_config(path: Path) -> None:
+    found = path / "config.json"
+    if not found.exists() or not any((path / name).exists() for name in outputs.RUN_FILES
+                                     if name != "config.json"):
+      return
+    try:
+      have = json.loads(found.read_text())
+    except ValueError as e:
+      raise ConfigError(f"--out {path}: unreadable {found} ({e}); use --overwrite to replace "
+                        "it") from e
+    diff = config_diff(have, config)
+    if diff:
+      raise ConfigError(f"--out {path} holds a run of a different config "
+                        f"({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}); use "
+                        "--overwrite to replace it, or another --out")
+
+  outputs.claim(path, "run", overwrite=overwrite, check=same_config)

@@ -9,6 +9,9 @@
 Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoint
 (``checkpoint.every``). Ctrl-C stops between rounds, saves a checkpoint, marks the
 run ``interrupted`` and exits with status 130.
+
+Every ``--out`` is checked before anything is loaded or compiled, and ``--overwrite``
+removes only the files fedjax-dp wrote (:mod:`fedjax_dp.outputs`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from pathlib import Path
 
 def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
-  from fedjax_dp import experiment
+  from fedjax_dp import experiment, outputs
 
+  outputs.check_dir(args.out)
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   if args.no_progress:
     cfg.progress = False
@@ -50,15 +54,14 @@ def _cmd_sweep(args) -> int:
   import time
 
   from fedjax_dp import config as config_lib
-  from fedjax_dp import sweep
+  from fedjax_dp import outputs, sweep
 
+  outputs.check_dir(args.out)
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   grid = sweep.parse_grid(args.grid)
-  if args.overwrite and (Path(args.out) / "sweep.json").exists():
-    import shutil
-    shutil.rmtree(args.out)
   start = time.time()
-  rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress)
+  rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress,
+                         overwrite=args.overwrite)
   last: dict[str, dict] = {}
   for r in rows:
     last[r["point"]] = r
@@ -77,12 +80,22 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_plot(args) -> int:
+  import io
+
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.backend_bases import FigureCanvasBase
 
+  from fedjax_dp import outputs
   from fedjax_dp.results import read_csv
 
+  # A directory gets plot.png inside; a name without an image suffix gets .png.
+  formats = set(FigureCanvasBase.get_supported_filetypes()) - {"png"}
+  out = outputs.check_file(args.out, "plot.png", ["png", *sorted(formats)])
+  for run in args.runs:
+    if not (Path(run) / "metrics.csv").is_file():
+      raise ValueError(f"plot: {run} has no metrics.csv (not a run directory)")
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
   for run in args.runs:
     rows = [r for r in read_csv(Path(run) / "metrics.csv") if r["test_loss"]]
@@ -93,8 +106,11 @@ def _cmd_plot(args) -> int:
       ax.set_ylabel(key.replace("_", " "))
   axes[0].legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(args.out, dpi=110)
-  print(f"wrote {args.out}")
+  buf = io.BytesIO()
+  fig.savefig(buf, format=out.suffix.lstrip(".").lower(), dpi=110)
+  plt.close(fig)
+  outputs.atomic_write(out, buf.getvalue())
+  print(f"wrote {out}")
   return 0
 
 
@@ -116,8 +132,9 @@ def _number(kind, field: str, raw: str):
 
 def _cmd_audit(args) -> int:
   from fedjax_dp import config as config_lib
-  from fedjax_dp import results
+  from fedjax_dp import outputs, results
 
+  out = None if args.out is None else outputs.check_file(args.out, "audit.json")
   try:
     from fedjax_dp.audit import AuditOptions, audit
     from fedjax_dp.audit.estimators import INSTALL_HINT, available
@@ -146,9 +163,7 @@ def _cmd_audit(args) -> int:
         f"{r.epsilon_certified_run:.3f} for the run's {r.rounds} rounds)")
   print(f"  ratio lower / upper    {r.ratio:.3f}"
         + ("  -- ABOVE 1: the certificate does not hold" if r.ratio > 1 else ""))
-  if args.out:
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+  if out is not None:
     results.write_json(out, r.to_dict())
     print(f"  written to {out}")
   return 0
@@ -166,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field (repeatable), e.g. --set privacy.epsilon=8")
   p.add_argument("--overwrite", action="store_true",
-                 help="replace an existing run directory instead of resuming it")
+                 help="replace an existing run directory instead of resuming it (removes "
+                 "only the files fedjax-dp wrote there)")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_run)
 
@@ -182,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="override a config field for every point (repeatable)")
   p.add_argument("--out", required=True, help="sweep directory (sweep.csv, points/...)")
   p.add_argument("--overwrite", action="store_true",
-                 help="replace an existing sweep directory instead of resuming it")
+                 help="replace an existing sweep directory instead of resuming it (removes "
+                 "only the files fedjax-dp wrote there)")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_sweep)
 
@@ -203,12 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--noise-scale", default=None, help="run with this noise scale instead")
   p.add_argument("--claimed-sensitivity", default=None,
                  help="certify with this sensitivity instead of the plan's")
-  p.add_argument("--out", default=None, help="write the result as JSON to this file")
+  p.add_argument("--out", default=None, help="write the result as JSON to this file (an "
+                 "existing directory: DIR/audit.json)")
   p.set_defaults(func=_cmd_audit)
 
   p = sub.add_parser("plot", help="plot test loss/accuracy of run directories")
   p.add_argument("runs", nargs="+")
-  p.add_argument("--out", required=True)
+  p.add_argument("--out", required=True, help="image file (an existing directory: "
+                 "DIR/plot.png; no image suffix: .png is appended); the path written is printed")
   p.set_defaults(func=_cmd_plot)
 
   try:

@@ -520,19 +520,25 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   rounds, saves a checkpoint, writes the directory with status ``'interrupted'``
   and raises ``KeyboardInterrupt``.
 
+  With ``overwrite``, only the files the project wrote in ``out_dir`` are removed
+  first (:mod:`fedjax_dp.outputs`).
+
   Raises:
     config_lib.ConfigError: ``out_dir`` holds a run of another config (the message
       names the differing fields) and not ``overwrite``.
+    outputs.OutputError: ``out_dir`` is not a run directory of the project's (a
+      stranger's, a sweep's), holds files the project did not write and
+      ``overwrite`` would remove, or cannot be written. Raised before any compute.
   """
   from tqdm.auto import tqdm
 
+  config_lib.validate(cfg)  # cheap value checks before the directory is touched
   # privacy.noise_seed='os': fresh entropy, or the one this directory recorded.
   cfg = noise_identity.resolve(
       cfg, None if overwrite else noise_identity.recorded_config(out_dir))
   if out_dir and sharding.is_primary():
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
   if optimal_t.is_optimal_t(cfg):
-    config_lib.validate(cfg)
     if out_dir and sharding.is_primary():
       # Recorded now (its candidates' noise follows from it), so a resume finds it.
       RunDir(out_dir).write_config(cfg.to_dict())
@@ -590,7 +596,7 @@ def _run_optimal_t(cfg, out_dir: str | None, *, bar=None) -> RunResult:
   """Runs an ``optimal_t`` config's candidates as one batched sweep and keeps the best
   (:mod:`fedjax_dp.optimal_t`)."""
   cands = optimal_t.candidates(cfg)
-  dirs = [optimal_t.candidate_dir(out_dir, t) for t, _ in cands]
+  dirs = [optimal_t.claim_candidate(out_dir, t) for t, _ in cands]
   res = run_batched([c for _, c in cands], dirs, bar=bar)
   return optimal_t.select(cfg, [(t, r) for (t, _), r in zip(cands, res)], out_dir)
 

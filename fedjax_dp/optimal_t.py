@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import results
+from fedjax_dp import outputs, results, sharding
 from fedjax_dp.privacy import accounting
 
 NAME = "optimal_t"
@@ -82,6 +82,15 @@ def candidates(cfg) -> list[tuple[int, Any]]:
 def candidate_dir(out_dir: str | Path | None, rounds: int) -> Path | None:
   """Where the candidate of ``rounds`` rounds writes its run directory."""
   return None if out_dir is None else Path(out_dir) / f"T={rounds}"
+
+
+def claim_candidate(out_dir: str | Path | None, rounds: int) -> Path | None:
+  """:func:`candidate_dir`, claimed as the ``optimal_t`` directory's own (listed in
+  its manifest, :func:`fedjax_dp.outputs.claim`) by the process that writes."""
+  path = candidate_dir(out_dir, rounds)
+  if path is not None and sharding.is_primary():
+    outputs.claim(path, "candidate", parent=out_dir)
+  return path
 
 
 def _final(summary) -> float:
@@ -157,7 +166,7 @@ def select(cfg, runs: Sequence[tuple[int, results.RunResult]],
     run_dir = results.RunDir(out_dir)
     run_dir.write_config(cfg.to_dict())
     run_dir.write_metrics(rows, results.METRIC_COLUMNS)
-    results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS)
+    results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS, owned=True)
     run_dir.write_plot(rows, title=f"{cfg.name}: optimal T = {best_t} of "
                        f"{len(runs)} (constant schedule)")
     run_dir.write_summary(summary)  # last: its presence marks the directory complete

@@ -3,6 +3,8 @@
 Every file is written to a temporary name in the same directory and then renamed
 (``os.replace`` is atomic on POSIX), so an interrupted run never leaves a file that
 looks complete. ``metrics.csv`` has one row per round and loads straight into pandas.
+A run directory lists the files it wrote in its manifest (:mod:`fedjax_dp.outputs`),
+so that ``--overwrite`` removes those and nothing else.
 """
 
 from __future__ import annotations
@@ -13,23 +15,13 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedjax_dp import outputs
 
-def _atomic_write(path: Path, data: bytes) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+_atomic_write = outputs.atomic_write
 
 
 def _jsonable(x: Any) -> Any:
@@ -45,22 +37,24 @@ def _jsonable(x: Any) -> Any:
   return x
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-  """Writes ``obj`` as indented JSON, atomically."""
+def write_json(path: str | os.PathLike, obj: Any, *, owned: bool = False) -> None:
+  """Writes ``obj`` as indented JSON, atomically (``owned``: see
+  :func:`fedjax_dp.outputs.atomic_write`)."""
   _atomic_write(Path(path), (json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
-                .encode())
+                .encode(), owned=owned)
 
 
 def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
-              columns: Sequence[str] | None = None) -> None:
-  """Writes ``rows`` (dicts) as CSV with a header, atomically."""
+              columns: Sequence[str] | None = None, *, owned: bool = False) -> None:
+  """Writes ``rows`` (dicts) as CSV with a header, atomically (``owned``: see
+  :func:`fedjax_dp.outputs.atomic_write`)."""
   columns = list(columns or (rows[0].keys() if rows else []))
   buf = io.StringIO()
   writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
   writer.writeheader()
   for row in rows:
     writer.writerow({k: _jsonable(v) for k, v in row.items()})
-  _atomic_write(Path(path), buf.getvalue().encode())
+  _atomic_write(Path(path), buf.getvalue().encode(), owned=owned)
 
 
 def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
@@ -70,7 +64,7 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
 
 
 def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
-                 title: str = "") -> None:
+                 title: str = "", *, owned: bool = False) -> None:
   """Saves a PNG of test loss and accuracy (and certified epsilon) against rounds.
 
   Rows without any test accuracy (a regression run) get one "test MSE" panel instead.
@@ -107,7 +101,7 @@ def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
   fig.tight_layout()
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110)
-  _atomic_write(Path(path), buf.getvalue())
+  _atomic_write(Path(path), buf.getvalue(), owned=owned)
 
 
 # metrics.csv: one row per round.
@@ -127,20 +121,24 @@ class RunResult:
 
 
 class RunDir:
-  """A run directory. ``metrics.csv`` is rewritten (atomically) as rounds finish."""
+  """A run directory. ``metrics.csv`` is rewritten (atomically) as rounds finish.
+
+  Opening one claims it (:func:`fedjax_dp.outputs.claim`): a new directory gets a
+  manifest of kind ``'run'``; an existing one must be a run directory (or a sweep's
+  point, an ``optimal_t`` candidate). Every file written through it is listed there.
+  """
 
   def __init__(self, path: str | os.PathLike):
-    self.path = Path(path)
-    self.path.mkdir(parents=True, exist_ok=True)
+    self.path = outputs.claim(path, "run", accept=outputs.RUN_KINDS)
 
   def write_config(self, config: Mapping[str, Any]) -> None:
-    write_json(self.path / "config.json", config)
+    write_json(self.path / "config.json", config, owned=True)
 
   def write_metrics(self, rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> None:
-    write_csv(self.path / "metrics.csv", rows, list(columns))
+    write_csv(self.path / "metrics.csv", rows, list(columns), owned=True)
 
   def write_summary(self, summary: Mapping[str, Any]) -> None:
-    write_json(self.path / "summary.json", summary)
+    write_json(self.path / "summary.json", summary, owned=True)
 
   def write_plot(self, rows: Sequence[Mapping[str, Any]], title: str = "") -> None:
-    plot_metrics(self.path / "metrics.png", rows, title)
+    plot_metrics(self.path / "metrics.png", rows, title, owned=True)

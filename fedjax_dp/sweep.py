@@ -33,6 +33,12 @@ not ``interrupted``) is finished and skipped, an unfinished point continues from
 last checkpoint (``checkpoint.every``), and ``sweep.csv`` is rebuilt from the points' ``metrics.csv``
 files, so it equals the uninterrupted sweep's (wall-clock time is left out of it;
 it stays in each point's ``metrics.csv`` and ``summary.json``).
+
+The directory and every point's are project directories (:mod:`fedjax_dp.outputs`),
+claimed before any compute: a sweep of another grid, base config or ``--set`` into
+the same ``DIR`` is refused naming what differs (``overwrite`` replaces it, removing
+only what the project wrote), and so is a ``DIR`` that is a run directory or a
+stranger's.
 """
 
 from __future__ import annotations
@@ -48,8 +54,8 @@ from typing import Any, NamedTuple
 
 import jax
 
+from fedjax_dp import checkpoint, experiment, noise_identity, optimal_t, outputs, results, sharding
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, noise_identity, optimal_t, results, sharding
 
 SWEEP_COLUMNS = tuple(c for c in experiment.METRIC_COLUMNS if c != "wall_s")
 
@@ -232,9 +238,68 @@ def _noise_seed(points: list[Point]) -> dict[str, str]:
   return {"noise_seed": seeds.pop()} if len(seeds) == 1 else {}
 
 
+def _as_json(x: Any) -> Any:
+  return json.loads(json.dumps(results._jsonable(x), sort_keys=True))
+
+
+def _grid_values(points: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+  """``{key: distinct values in order}`` of points' ``values`` dicts (JSON types)."""
+  out: dict[str, list[Any]] = {}
+  for p in points:
+    for k, v in p["values"].items():
+      if v not in out.setdefault(k, []):
+        out[k].append(v)
+  return out
+
+
+def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point]) -> None:
+  """Refuses to resume the sweep in ``out`` with another grid, base config or ``sets``.
+
+  Raises:
+    config_lib.ConfigError: names the differing grid keys (old -> new values) or
+      config fields.
+  """
+  path = out / "sweep.json"
+  if not path.exists():
+    return
+  try:
+    have = json.loads(path.read_text())
+    old = _grid_values(have["points"])
+  except (ValueError, KeyError, TypeError) as e:
+    raise config_lib.ConfigError(f"--out {out}: unreadable {path} ({e}); use --overwrite to "
+                                 "replace it, or another --out") from None
+  new = _grid_values(_as_json([{"values": p.values} for p in points]))
+  diff = [f"{k}: {old.get(k, '(not in grid)')} -> {new.get(k, '(not in grid)')}"
+          for k in [*old, *(k for k in new if k not in old)] if old.get(k) != new.get(k)]
+  what = "grid"
+  if not diff:
+    what = "config"
+    diff = checkpoint.config_diff(have.get("config", {}), cfg.to_dict())
+  if not diff and list(have.get("sets", [])) != list(sets):
+    what, diff = "--set", [f"{have.get('sets', [])} -> {list(sets)}"]
+  if diff:
+    raise config_lib.ConfigError(
+        f"--out {out} holds a sweep of a different {what} ({'; '.join(diff[:4])}"
+        f"{'; ...' if len(diff) > 4 else ''}); use --overwrite to replace it, or another --out")
+
+
+def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
+                overwrite: bool) -> None:
+  """Claims the sweep directory and every point's (and ``optimal_t`` candidate's)
+  before any compute (:func:`fedjax_dp.outputs.claim`)."""
+  outputs.claim(out, "sweep", overwrite=overwrite,
+                check=lambda path: check_same_sweep(path, cfg, sets, points))
+  for p in points:
+    point_dir = outputs.claim(out / "points" / p.name, "sweep-point", parent=out)
+    if optimal_t.is_optimal_t(p.config):
+      for t, _ in optimal_t.candidates(p.config):
+        optimal_t.claim_candidate(point_dir, t)
+
+
 def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
               sets: Sequence[str] = (), progress: bool | None = None,
-              devices: Sequence[jax.Device] | None = None) -> list[dict[str, Any]]:
+              devices: Sequence[jax.Device] | None = None,
+              overwrite: bool = False) -> list[dict[str, Any]]:
   """Runs every point of ``grid`` over ``cfg``, batching points that share shapes.
 
   Args:
@@ -245,24 +310,37 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     sets: ``key=value`` overrides applied to every point.
     progress: show a progress bar over the whole sweep; default ``cfg.progress``.
     devices: devices to lay the sweep over (default: all, on all hosts).
+    overwrite: replace what an earlier sweep wrote in ``out_dir`` (only that: a
+      directory holding anything else is refused, named).
 
   Returns:
     One dict per point and round, in grid order: the point's name, its grid values
     and the metric columns (``pandas.DataFrame(rows)``; the same rows as
     ``sweep.csv``).
+
+  Raises:
+    config_lib.ConfigError: a bad grid or value; ``out_dir`` holds a sweep of another
+      grid, config or ``sets`` (and not ``overwrite``).
+    outputs.OutputError: ``out_dir`` is not a sweep directory of the project's, or
+      cannot be written. Both before any compute.
   """
   from tqdm.auto import tqdm
 
-  points = _draw_noise_seed(expand(cfg, grid, sets), out_dir)
+  points = expand(cfg, grid, sets)
+  for p in points:
+    config_lib.validate(p.config)  # cheap value checks before the directory is touched
+  points = _draw_noise_seed(points, out_dir)
   progress = bool(cfg.progress) if progress is None else progress
   out = Path(out_dir) if out_dir else None
+  if out and sharding.is_primary():
+    _claim_dirs(out, cfg, sets, points, overwrite)
   point_dirs = [out / "points" / p.name if out else None for p in points]
   done = [bool(out) and _finished(p.config, d) for p, d in zip(points, point_dirs)]
   if out and sharding.is_primary():
     results.write_json(out / "sweep.json", {
         "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
         "points": [{"name": p.name, "values": p.values} for p in points],
-        **_noise_seed(points)})
+        **_noise_seed(points)}, owned=True)
 
   # Every pending run: plain points, and each optimal_t point's candidates (one
   # constant-schedule run per T; finished candidates of an interrupted sweep are
@@ -314,10 +392,10 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     source = results.read_csv(d / "metrics.csv") if on_disk else fresh[p.index]
     rows.extend(_sweep_rows(p, source))
   if out and sharding.is_primary():
-    results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS])
+    results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS], owned=True)
     results.write_json(out / "sweep.json", {
         "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
         "points": [{"name": p.name, "values": p.values} for p in points], **_noise_seed(points),
         "last_invocation": {"ran": len(pending), "skipped": len(points) - len(pending),
-                             "wall_seconds": round(time.time() - start, 3)}})
+                             "wall_seconds": round(time.time() - start, 3)}}, owned=True)
   return rows

@@ -97,8 +97,8 @@ def test_cli_run_writes_run_directory(tmp_path, capsys):
   assert summary["rounds_run"] == 4 and summary["status"] == "completed"
   assert summary["wall_seconds"] > 0
   assert json.loads((out / "config.json").read_text())["rounds"] == 4
-  # Only finished files are visible: no temporary leftovers.
-  assert not [p for p in out.iterdir() if p.name.startswith(".")]
+  # Only finished files are visible: no temporary leftovers (the manifest is hidden).
+  assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name != ".fedjax_dp.json"]
 
 
 def test_cli_reports_bad_input(capsys):
