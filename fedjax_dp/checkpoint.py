@@ -42,7 +42,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_dp import results
-from fedjax_dp.config import ConfigError
+from fedjax_dp.config import ConfigError, UserError
 
 FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
@@ -51,7 +51,7 @@ _MAGIC = b"fedjax_dp checkpoint v1\n"
 NON_RESULT_FIELDS = ("progress", "checkpoint.every")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
   """A checkpoint file is corrupt or unreadable; the message names the file."""
 
 

@@ -71,6 +71,7 @@ class Setup:
   num_clients: int
   k_slots: int
   selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
+  data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
 
 
 def _skews(cfg):
@@ -149,6 +150,13 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  # The partitioners, the model zoo and the privacy plan check the values they are
+  # given and raise ValueError naming the field: here that is the user's config.
+  with config_lib.as_config_errors():
+    return _build(cfg, cache)
+
+
+def _build(cfg, cache: dict | None) -> Setup:
   if cfg.server.selection not in engine.SELECTIONS:
     raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
                                  f"known: {engine.SELECTIONS}")
@@ -198,7 +206,8 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights)
+  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
+               ds.source)
 
 
 def _lr_steps(cfg, scale: float) -> np.ndarray:
@@ -477,7 +486,7 @@ class RunLoop:
         privacy=privacy.describe(), wall_seconds=round(wall, 3),
         seconds_per_round=round(wall / max(len(rows), 1), 5),
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
-        **extra)
+        data_source=self.setup.data_source, **extra)
     if self.run_dir:
       if self.status != "interrupted" and params is not None:
         if self.checkpoint_every:

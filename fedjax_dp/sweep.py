@@ -71,7 +71,8 @@ class Point(NamedTuple):
 
 
 def split_values(raw: str) -> list[str]:
-  """Splits ``'1,2,(3,4)'`` at top-level commas: ``['1', '2', '(3,4)']``."""
+  """Splits ``'1,2,(3,4)'`` at top-level commas: ``['1', '2', '(3,4)']`` (an empty
+  value, as in ``'1,,2'`` or ``'2,'``, stays: :func:`parse_grid` refuses it)."""
   out, depth, cur = [], 0, ""
   for ch in raw:
     if ch in "([{":
@@ -84,7 +85,7 @@ def split_values(raw: str) -> list[str]:
     else:
       cur += ch
   out.append(cur.strip())
-  return [v for v in out if v]
+  return out if any(out) else []
 
 
 def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
@@ -103,6 +104,9 @@ def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
     values = split_values(raw)
     if not values:
       raise config_lib.ConfigError(f"--grid {key}= has no values")
+    if "" in values:
+      raise config_lib.ConfigError(f"--grid {key}={raw}: value {values.index('') + 1} is "
+                                   "empty (a stray comma?)")
     grid[key] = values
   return grid
 
@@ -144,13 +148,15 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
     sets: ``key=value`` overrides applied to every point first.
 
   Raises:
-    config_lib.ConfigError: unknown keys (with suggestions) or unparsable values.
+    config_lib.ConfigError: unknown keys (with suggestions), unparsable or repeated
+      values, or a point whose config does not validate (before anything runs).
   """
   base = config_lib.override(cfg, list(sets))
   keys = list(grid)
   for key in keys:
     if not len(grid[key]):
       raise config_lib.ConfigError(f"grid {key!r} has no values")
+    _check_distinct(base, key, grid[key])
   leaves = [k.split(".")[-1] for k in keys]
   labels = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(keys, leaves)]
   points = []
@@ -165,8 +171,19 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
       # Independent noise per point (privacy.noise_stream); a point re-run alone from
       # its config.json draws the same.
       point_cfg.privacy.noise_stream = int(point_cfg.privacy.noise_stream) + index
+    config_lib.validate(point_cfg)
     points.append(Point(index, name, values, point_cfg))
   return points
+
+
+def _check_distinct(base, key: str, raw: Sequence[Any]) -> None:
+  """Refuses a grid that gives one value twice (``seed=0,0``: two identical runs)."""
+  seen: list[Any] = []
+  for v in raw:
+    value = _get(config_lib.override(base, [f"{key}={_as_text(v)}"]), key)
+    if value in seen:
+      raise config_lib.ConfigError(f"--grid {key}: value {_as_text(v)} is given twice")
+    seen.append(value)
 
 
 def _coerce(value: Any) -> Any:
@@ -194,7 +211,7 @@ def _finished(cfg, point_dir: Path) -> bool:
   """Whether ``point_dir`` holds the finished run of ``cfg`` (its summary.json).
 
   Raises:
-    ValueError: the directory holds a run of a different config.
+    config_lib.ConfigError: the directory holds a run of a different config.
   """
   if not (point_dir / "summary.json").exists():
     return False
@@ -203,8 +220,8 @@ def _finished(cfg, point_dir: Path) -> bool:
   want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
   if have != want:
-    raise ValueError(f"{point_dir} holds a finished run of a different config; use a new "
-                     "--out directory (or delete it) to run this sweep")
+    raise config_lib.ConfigError(f"{point_dir} holds a finished run of a different config; "
+                                 "use a new --out directory (or delete it) to run this sweep")
   return True
 
 
