@@ -266,6 +266,8 @@ def compute(args) -> dict:
           "noise_multiplier": _formula_sigma(args.formula, args, args.rounds, q_eff)}
     return report
   z = _schedule(args)
+  # The formula's claim first: a schedule it does not cover fails before any accounting.
+  claim = _formula_claim(args.formula, args, z, q_eff) if args.formula else None
   hist = _history(kw, z)
   report.update(mode="epsilon", rounds=int(z.size),
                 noise_multipliers=(float(z[0]) if np.all(z == z[0]) else z.tolist()), results={})
@@ -281,8 +283,8 @@ def compute(args) -> dict:
     except (ValueError, ImportError) as err:
       entry = {"unavailable": str(err)}
     report["results"][name] = entry
-  if args.formula:
-    report["formula"] = {"name": args.formula, **_formula_claim(args.formula, args, z, q_eff)}
+  if claim is not None:
+    report["formula"] = {"name": args.formula, **claim}
   return report
 
 

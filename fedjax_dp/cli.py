@@ -154,6 +154,8 @@ def _cmd_audit(args) -> int:
     opts.validate()
   except ValueError as e:  # AuditOptions.validate names the option
     raise UserError(str(e)) from None
+  if not 0 <= opts.seed < 2**32:  # a numpy seed
+    raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   config_lib.validate(cfg)
   if not available():

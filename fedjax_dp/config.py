@@ -204,6 +204,9 @@ def load_config(path: str | Path) -> ConfigDict:
     except (ValueError, UnicodeDecodeError) as e:
       raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
     return from_dict(blob, str(path))
+  if path.suffix != ".py":
+    raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
+                      "or a run's config.json")
   spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   try:
@@ -219,7 +222,9 @@ def load_config(path: str | Path) -> ConfigDict:
     raise ConfigError(f"config file {path}: get_config() failed: {type(e).__name__}: "
                       f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if isinstance(cfg, ConfigDict):
-    return cfg
+    if set(_all_keys(base_config())) <= set(_all_keys(cfg)):
+      return cfg
+    cfg = cfg.to_dict()  # a partial ConfigDict: laid over the defaults like a dict
   return from_dict(cfg, f"{path}: get_config()")
 
 
@@ -272,6 +277,19 @@ def from_dict(blob: Any, source: str) -> ConfigDict:
   return cfg
 
 
+class _FloatNames(ast.NodeTransformer):
+  """``inf`` and ``nan`` in a tuple literal, as in ``(1, inf)``, are the floats."""
+
+  def visit_Name(self, node):
+    if node.id in ("inf", "nan"):
+      return ast.copy_location(ast.Constant(float(node.id)), node)
+    return node
+
+
+def _literal(raw: str) -> Any:
+  return ast.literal_eval(_FloatNames().visit(ast.parse(raw.strip(), mode="eval")))
+
+
 def _parse(raw: str, like: Any, key: str, field_type: type | None) -> Any:
   kind = field_type if like is None else type(like)
   try:
@@ -294,7 +312,7 @@ def _parse(raw: str, like: Any, key: str, field_type: type | None) -> Any:
     if kind is str:
       return raw
     if kind in (tuple, list):
-      value = ast.literal_eval(raw if raw.strip().startswith(("(", "[")) else f"({raw},)")
+      value = _literal(raw if raw.strip().startswith(("(", "[")) else f"({raw},)")
       return tuple(value)
     try:  # an unset (None) field: a Python literal, else the raw string
       return ast.literal_eval(raw)
@@ -349,17 +367,20 @@ class Rule(NamedTuple):
     kind: 'int', 'float', 'str', 'bool', 'ints' or 'floats' (tuples of numbers), or
       'dir' (a string or None).
     low, high: inclusive bounds on a number (or on each element of a tuple); None = none.
-    open_low: ``low`` itself is refused (``> low`` rather than ``>= low``).
+    open_low, open_high: ``low`` (``high``) itself is refused.
     inf: a float field may be ``inf`` (e.g. ``privacy.epsilon``: no noise).
     choices: a callable giving the allowed strings (registries are imported lazily).
+    min_len: the fewest elements a tuple may hold.
   """
 
   kind: str
   low: float | None = None
   high: float | None = None
   open_low: bool = False
+  open_high: bool = False
   inf: bool = False
   choices: Any = None
+  min_len: int = 0
 
 
 _U32, _I32 = 2**32 - 1, 2**31 - 1
@@ -390,7 +411,7 @@ FIELD_RULES: dict[str, Rule] = {
     "data.samples_per_client": Rule("int", 0, _I32),
     "data.classes_per_client": Rule("int", 1, _I32),
     "data.alpha": _POSITIVE,
-    "data.group_sizes": Rule("ints", 1, _I32),
+    "data.group_sizes": Rule("ints", 1, _I32, min_len=1),
     "data.skew": _UNIT,
     "data.skews": Rule("floats", 0.0, 1.0),
     "data.skew_scheme": Rule("str", choices=_fixed(*SKEW_SCHEMES)),
@@ -415,13 +436,13 @@ FIELD_RULES: dict[str, Rule] = {
     "server.aggregation": Rule("str", choices=_registry("fedjax_dp.engine", "AGGREGATIONS")),
     "server.lr": _POSITIVE,
     "server.clip_rule": Rule("str", choices=_registry("fedjax_dp.engine", "CLIP_RULES")),
-    "server.clip_quantile": _UNIT,
+    "server.clip_quantile": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "server.clip_lr": Rule("float"),
     "server.clip_count_std": Rule("float"),
     "server.client_chunk": Rule("int", -1, _I32),
     "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.engine", "CONV_IMPLS")),
     "privacy.epsilon": Rule("float", 0.0, open_low=True, inf=True),
-    "privacy.delta": Rule("float", 0.0, 1.0, open_low=True),
+    "privacy.delta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "privacy.mechanism": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
                                                        "MECHANISMS")),
     "privacy.placement": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
@@ -434,7 +455,7 @@ FIELD_RULES: dict[str, Rule] = {
     "privacy.noise_stream": Rule("int", 0, _I32),
     "privacy.common_random_numbers": Rule("bool"),
     "schedule.name": Rule("str", choices=lambda: (*SCHEDULES, "optimal_t")),
-    "schedule.beta": Rule("float", 0.0, 1.0, open_low=True),
+    "schedule.beta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "schedule.zeta": Rule("float"),
     "schedule.decay_fraction": _UNIT,
     "schedule.decay_floor": _UNIT,
@@ -448,7 +469,7 @@ FIELD_RULES: dict[str, Rule] = {
     "schedule.alpha": Rule("float"),
     "schedule.adjust_every": Rule("float", 1.0),
     "schedule.validation": Rule("str", choices=_fixed("server", "clients")),
-    "schedule.val_noise_multiplier": _POSITIVE,
+    "schedule.val_noise_multiplier": Rule("float", 0.0),  # 0 only without privacy (plan)
     "schedule.t_grid": Rule("ints", 1, _I32),
     "eval.every": Rule("int", 1, _I32),
     "eval.batch_size": Rule("int", 1, _I32),
@@ -471,9 +492,10 @@ def _number_text(kind: str, value: Any, rule: Rule) -> str | None:
   if math.isnan(value) or (math.isinf(value) and not rule.inf):
     return "must be a finite number" + (" (or inf)" if rule.inf else "")
   low_ok = rule.low is None or (value > rule.low if rule.open_low else value >= rule.low)
-  if not low_ok or (rule.high is not None and value > rule.high):
+  high_ok = rule.high is None or (value < rule.high if rule.open_high else value <= rule.high)
+  if not (low_ok and high_ok):
     lo = "" if rule.low is None else f"{'>' if rule.open_low else '>='} {_bound(rule.low)}"
-    hi = "" if rule.high is None else f"<= {_bound(rule.high)}"
+    hi = "" if rule.high is None else f"{'<' if rule.open_high else '<='} {_bound(rule.high)}"
     return f"must be {' and '.join(t for t in (lo, hi) if t)}"
   return None
 
@@ -486,6 +508,8 @@ def check_field(key: str, value: Any, rule: Rule) -> None:
   elif rule.kind in ("ints", "floats"):
     if not isinstance(value, (tuple, list)):
       why = "expected a tuple of numbers, e.g. (1,2)"
+    elif len(value) < rule.min_len:
+      why = f"needs at least {rule.min_len} value(s)"
     else:
       why = next((f"element {v!r} {w}" for v in value
                   if (w := _number_text(rule.kind[:-1], v, rule))), None)

@@ -188,12 +188,9 @@ def _build(cfg, cache: dict | None) -> Setup:
                                cfg.server.q)
   round_cfg = _client_round_config(cfg)
   chunk = int(cfg.server.client_chunk)
-  if chunk == CLIENT_CHUNK_AUTO:
-    chunk = engine.client_chunk_for_memory(model, round_cfg, data, k_slots)
-  elif chunk < 0:
+  if chunk < CLIENT_CHUNK_AUTO:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
-  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
   privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
   if privacy.validation == "clients" and model.is_regression:
@@ -206,6 +203,9 @@ def _build(cfg, cache: dict | None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
+  if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
+    chunk = engine.client_chunk_for_memory(model, round_cfg, data, k_slots)
+  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
                ds.source)
 
@@ -523,6 +523,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
 
   if out_dir and sharding.is_primary():
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
+  if out_dir and (Path(out_dir) / ckpt_lib.FILENAME).is_file():
+    ckpt_lib.verified_payload(Path(out_dir) / ckpt_lib.FILENAME)  # before building anything
   if optimal_t.is_optimal_t(cfg):
     config_lib.validate(cfg)
     grid = optimal_t.t_grid(cfg)
