@@ -23,6 +23,11 @@ import sys
 
 import numpy as np
 
+from fedjax_dp.errors import UserError
+
+# Longest schedule accounted: a per-round array of this many multipliers is built.
+MAX_ROUNDS = 10_000_000
+
 FORMULAS = ("wei10", "wei10-corrected", "yuan8", "yuan8-corrected", "fu-thm1", "fu-thm2",
             "fu-zcdp", "adpfl")
 
@@ -70,22 +75,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _schedule(args) -> np.ndarray:
   if args.sigmas:
+    parts = [s.strip() for s in args.sigmas.split(",")]
     try:
-      z = np.array([float(s) for s in args.sigmas.split(",") if s.strip()])
-    except ValueError as err:
-      raise ValueError(f"--sigmas must be comma-separated numbers, got {args.sigmas!r}") from err
-    if z.size == 0:
-      raise ValueError("--sigmas is empty")
+      z = np.array([float(s) for s in parts])
+    except ValueError:
+      raise UserError(f"--sigmas must be comma-separated numbers, got {args.sigmas!r}") from None
+    if not (z.size and np.all(np.isfinite(z)) and np.all(z > 0)):
+      raise UserError(f"--sigmas must be finite numbers > 0, got {args.sigmas!r}")
     return z
   if args.sigma is None:
-    raise ValueError("give --sigma (or --sigmas), or --epsilon to calibrate")
+    raise UserError("give --sigma (or --sigmas), or --epsilon to calibrate")
   if args.rounds is None:
-    raise ValueError("--rounds is required with --sigma (a positive integer)")
-  if args.rounds < 1:
-    raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
-  if not args.sigma > 0:
-    raise ValueError(f"--sigma must be > 0, got {args.sigma}")
-  return args.sigma * args.ratio ** np.arange(args.rounds)
+    raise UserError("--rounds is required with --sigma (a positive integer)")
+  if not (args.sigma > 0 and math.isfinite(args.sigma)):
+    raise UserError(f"--sigma must be a finite number > 0, got {args.sigma}")
+  z = args.sigma * args.ratio ** np.arange(args.rounds)
+  if not (np.all(np.isfinite(z)) and np.all(z > 0)):
+    raise UserError(f"--ratio {args.ratio:g}: sigma * ratio^t leaves the finite positive "
+                    f"numbers within --rounds {args.rounds}")
+  return z
+
+
+def _check_options(args) -> None:
+  """Ranges of the numeric options, before anything is accounted."""
+  def bad(option: str, value, need: str):
+    raise UserError(f"{option} {value}: {need}")
+
+  if not 0 < args.delta < 1:
+    bad("--delta", args.delta, "must be in (0, 1)")
+  if not 0 < args.q <= 1:
+    bad("--q", args.q, "must be in (0, 1]")
+  if args.epsilon is not None and not (args.epsilon > 0 and math.isfinite(args.epsilon)):
+    bad("--epsilon", args.epsilon, "(target_epsilon) must be finite and > 0")
+  if not (args.ratio > 0 and math.isfinite(args.ratio)):
+    bad("--ratio", args.ratio, "must be a finite number > 0")
+  if args.rounds is not None and not 1 <= args.rounds <= MAX_ROUNDS:
+    bad("--rounds", args.rounds, f"must be a positive integer (at most {MAX_ROUNDS})")
+  if not (args.pld_discretization > 0 and math.isfinite(args.pld_discretization)):
+    bad("--pld-discretization", args.pld_discretization, "must be a finite number > 0")
+  if (args.population is None) != (args.sample_size is None):
+    raise UserError("--population and --sample-size go together (U and K of fixed_size "
+                    "sampling)")
+  if args.population is not None and not 1 <= args.sample_size <= args.population:
+    bad("--sample-size", args.sample_size, f"must be in [1, --population {args.population}]")
 
 
 def _event_kwargs(args) -> dict:
@@ -106,7 +138,7 @@ def _event_kwargs(args) -> dict:
   elif sampling in ("poisson", "selection"):
     kw.update(q=args.q)
   elif args.q != 1:
-    raise ValueError(f"--q must be 1 with --sampling {sampling}")
+    raise UserError(f"--q must be 1 with --sampling {sampling}")
   return kw
 
 
@@ -143,7 +175,7 @@ def _formula_claim(name: str, args, z: np.ndarray, q: float) -> dict:
             "ref": "Fu et al. Thm. 1 (basic composition of eps/T_l)"}
   if name == "fu-thm2":
     if np.any(z != z[0]):
-      raise ValueError("--formula fu-thm2 needs a constant sigma")
+      raise UserError("--formula fu-thm2 needs a constant sigma")
     return {"epsilon": float(F.fu_epsilon_thm2(z[0], d, t)),
             "ref": "Fu et al. Thm. 2 with c2 = sqrt(2)"}
   if name == "fu-zcdp":
@@ -179,7 +211,9 @@ def _accountants(args) -> list[str]:
   names = [a.strip() for a in args.accountants.split(",") if a.strip()]
   for a in names:
     if a not in ("rdp", "pld", "exact"):
-      raise ValueError(f"--accountants: unknown {a!r} (choose from rdp, pld, exact)")
+      raise UserError(f"--accountants: unknown {a!r} (choose from rdp, pld, exact)")
+  if not names:
+    raise UserError(f"--accountants {args.accountants!r}: name at least one of rdp, pld, exact")
   return names
 
 
@@ -195,21 +229,20 @@ def compute(args) -> dict:
   """Runs the accounting described by ``args``; returns a JSON-able report."""
   from fedjax_dp.privacy import accounting, calibration
   # Bad inputs fail loudly here; per-accountant errors below only mean "not supported".
-  if not 0 < args.delta < 1:
-    raise ValueError(f"--delta must be in (0, 1), got {args.delta}")
-  if not 0 < args.q <= 1:
-    raise ValueError(f"--q must be in (0, 1], got {args.q}")
-  if args.epsilon is not None and not (args.epsilon > 0 and math.isfinite(args.epsilon)):
-    raise ValueError(f"--epsilon (target_epsilon) must be finite and > 0, got {args.epsilon}")
+  _check_options(args)
   kw = _event_kwargs(args)
-  q_eff = float(accounting.Event(noise_multiplier=1.0, **kw).q)
+  try:
+    q_eff = float(accounting.Event(noise_multiplier=1.0, **kw).q)
+  except ValueError as err:  # a combination of options the accountant does not model
+    raise UserError(f"--sampling {kw['sampling']} --relation {kw['relation']} --level "
+                    f"{kw['level']}: {err}") from None
   report = {"event": {k: v for k, v in kw.items()}, "q": q_eff, "delta": args.delta}
   names = _accountants(args)
   if args.epsilon is not None:
     if args.sigmas:
-      raise ValueError("--epsilon calibrates a constant or geometric schedule; drop --sigmas")
+      raise UserError("--epsilon calibrates a constant or geometric schedule; drop --sigmas")
     if args.rounds is None or args.rounds < 1:
-      raise ValueError(f"--rounds must be a positive integer, got {args.rounds}")
+      raise UserError(f"--rounds must be a positive integer, got {args.rounds}")
     report.update(mode="calibrate", target_epsilon=args.epsilon, rounds=args.rounds,
                   ratio=args.ratio, results={})
     for name in names:
@@ -233,6 +266,8 @@ def compute(args) -> dict:
           "noise_multiplier": _formula_sigma(args.formula, args, args.rounds, q_eff)}
     return report
   z = _schedule(args)
+  # The formula's claim first: a schedule it does not cover fails before any accounting.
+  claim = _formula_claim(args.formula, args, z, q_eff) if args.formula else None
   hist = _history(kw, z)
   report.update(mode="epsilon", rounds=int(z.size),
                 noise_multipliers=(float(z[0]) if np.all(z == z[0]) else z.tolist()), results={})
@@ -248,8 +283,8 @@ def compute(args) -> dict:
     except (ValueError, ImportError) as err:
       entry = {"unavailable": str(err)}
     report["results"][name] = entry
-  if args.formula:
-    report["formula"] = {"name": args.formula, **_formula_claim(args.formula, args, z, q_eff)}
+  if claim is not None:
+    report["formula"] = {"name": args.formula, **claim}
   return report
 
 
@@ -328,7 +363,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   try:
     return run_account(args)
-  except ValueError as err:
+  except UserError as err:
     print(f"fedjax-dp account: error: {err}", file=sys.stderr)
     return 2
 

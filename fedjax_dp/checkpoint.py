@@ -41,7 +41,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_dp import outputs, results
-from fedjax_dp.config import ConfigError
+from fedjax_dp.config import ConfigError, UserError
 
 FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
@@ -50,7 +50,7 @@ _MAGIC = b"fedjax_dp checkpoint v1\n"
 NON_RESULT_FIELDS = ("progress", "checkpoint.every")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
   """A checkpoint file is corrupt or unreadable; the message names the file."""
 
 
@@ -154,15 +154,7 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
       a checkpoint of these structures; the message names the file.
   """
   path = Path(path)
-  blob = path.read_bytes()
-  head = len(_MAGIC) + 65
-  if not blob.startswith(_MAGIC) or len(blob) < head or blob[head - 1:head] != b"\n":
-    raise CheckpointError(f"corrupt checkpoint {path}: not a fedjax_dp checkpoint; delete it "
-                          "or use --overwrite to start the run afresh")
-  digest, payload = blob[len(_MAGIC):head - 1], blob[head:]
-  if hashlib.sha256(payload).hexdigest().encode() != digest:
-    raise CheckpointError(f"corrupt checkpoint {path}: checksum mismatch; delete it or use "
-                          "--overwrite to start the run afresh")
+  payload = verified_payload(path)
   try:
     d = serialization.msgpack_restore(payload)
     state = RunState(
@@ -177,6 +169,26 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
   except (KeyError, TypeError, ValueError) as e:
     raise CheckpointError(f"unreadable checkpoint {path}: {e}") from e
   return state, params, config
+
+
+def verified_payload(path: str | os.PathLike) -> bytes:
+  """The payload of checkpoint file ``path`` once its header and SHA-256 are checked
+  (cheap: a run calls it before building anything, to refuse a corrupt file first).
+
+  Raises:
+    CheckpointError: not a checkpoint, or a checksum mismatch; the message names the file.
+  """
+  path = Path(path)
+  blob = path.read_bytes()
+  head = len(_MAGIC) + 65
+  if not blob.startswith(_MAGIC) or len(blob) < head or blob[head - 1:head] != b"\n":
+    raise CheckpointError(f"corrupt checkpoint {path}: not a fedjax_dp checkpoint; delete it "
+                          "or use --overwrite to start the run afresh")
+  digest, payload = blob[len(_MAGIC):head - 1], blob[head:]
+  if hashlib.sha256(payload).hexdigest().encode() != digest:
+    raise CheckpointError(f"corrupt checkpoint {path}: checksum mismatch; delete it or use "
+                          "--overwrite to start the run afresh")
+  return payload
 
 
 def save_model(path: str | os.PathLike, params: Any) -> None:

@@ -28,6 +28,7 @@ def _cmd_run(args) -> int:
 
   outputs.check_dir(args.out)
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  config_lib.validate(cfg)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
   result = experiment.run(cfg, args.out, overwrite=args.overwrite)
@@ -98,7 +99,7 @@ def _cmd_plot(args) -> int:
       raise ValueError(f"plot: {run} has no metrics.csv (not a run directory)")
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
   for run in args.runs:
-    rows = [r for r in read_csv(Path(run) / "metrics.csv") if r["test_loss"]]
+    rows = _plot_rows(Path(run), read_csv)
     xs = [int(r["round"]) for r in rows]
     for ax, key in zip(axes, ("test_loss", "test_accuracy")):
       ax.plot(xs, [float(r[key]) for r in rows], label=Path(run).name)
@@ -114,6 +115,22 @@ def _cmd_plot(args) -> int:
   return 0
 
 
+def _plot_rows(run: Path, read_csv) -> list[dict]:
+  """The evaluated rows of ``run``'s metrics.csv, or a UserError naming the file."""
+  from fedjax_dp.errors import UserError
+  path = run / "metrics.csv"
+  if not path.is_file():
+    raise UserError(f"plot: {run} is not a run directory (no {path})")
+  try:
+    rows = [r for r in read_csv(path) if r["test_loss"]]
+    for r in rows:
+      int(r["round"]), float(r["test_loss"]), float(r["test_accuracy"] or "nan")
+  except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
+    raise UserError(f"plot: {path} is not a metrics.csv of a run ({type(e).__name__}: "
+                    f"{e})") from None
+  return rows
+
+
 class _Parser(argparse.ArgumentParser):
   """An argparse parser whose errors are one line (``prog: error: message``) rather
   than the usage block; ``--help`` still shows the usage. Subparsers inherit it."""
@@ -123,23 +140,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _number(kind, field: str, raw: str):
-  """``kind(raw)`` or a ValueError naming the option (one line, no usage dump)."""
+  """``kind(raw)`` or a UserError naming the option (one line, no usage dump)."""
+  from fedjax_dp.errors import UserError
   try:
     return kind(raw)
   except ValueError:
-    raise ValueError(f"{field}: cannot parse {raw!r} as {kind.__name__}") from None
+    raise UserError(f"{field}: cannot parse {raw!r} as {kind.__name__}") from None
 
 
 def _cmd_audit(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp import outputs, results
+  from fedjax_dp.errors import UserError
 
   out = None if args.out is None else outputs.check_file(args.out, "audit.json")
   try:
     from fedjax_dp.audit import AuditOptions, audit
     from fedjax_dp.audit.estimators import INSTALL_HINT, available
   except ImportError as e:  # pragma: no cover - the audit is part of the package
-    raise ValueError(str(e)) from None
+    raise UserError(str(e)) from None
   opts = AuditOptions(
       trials=_number(int, "audit.trials", args.trials),
       significance=_number(float, "audit.significance", args.significance),
@@ -148,11 +167,22 @@ def _cmd_audit(args) -> int:
           float, "audit.noise_scale", args.noise_scale),
       claimed_sensitivity=None if args.claimed_sensitivity is None else _number(
           float, "audit.claimed_sensitivity", args.claimed_sensitivity))
-  opts.validate()
+  try:
+    opts.validate()
+  except ValueError as e:  # AuditOptions.validate names the option
+    raise UserError(str(e)) from None
+  if not 0 <= opts.seed < 2**32:  # a numpy seed
+    raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  config_lib.validate(cfg)
   if not available():
-    raise ValueError(INSTALL_HINT)
-  r = audit(cfg, opts)
+    raise UserError(INSTALL_HINT)
+  try:
+    r = audit(cfg, opts)
+  except ValueError as e:  # audit() documents ValueError for an option or config it refuses
+    if isinstance(e, UserError):
+      raise
+    raise UserError(str(e)) from e
   print(f"audit of {args.config}: {r.placement} {r.mechanism} noise, {r.clip_mode} clipping, "
         f"{r.level}-level canaries, variant {r.variant}; {r.trials} trials "
         f"({r.trials_in} with the canary), one round, delta {r.delta:g}")
@@ -239,14 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _one_line(error: Exception) -> str:
+  return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def main(argv=None) -> int:
   args = build_parser().parse_args(argv)
-  from fedjax_dp.config import ConfigError
-  from fedjax_dp.data.datasets import DatasetUnavailableError
+  from fedjax_dp.errors import UserError
+  # Only errors caused by the input (a config value, a file, an option) become one
+  # line; anything else is an internal error and keeps its traceback.
   try:
     return args.func(args)
-  except (ConfigError, DatasetUnavailableError, ValueError) as e:
-    print(f"fedjax-dp: error: {e}", file=sys.stderr)
+  except UserError as e:
+    print(f"fedjax-dp: error: {_one_line(e)}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print(f"fedjax-dp: interrupted; re-run the same command to resume from "

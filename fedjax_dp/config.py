@@ -9,17 +9,22 @@ values are parsed to the field's type (``inf`` is a float, ``true``/``false`` bo
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
+import importlib
 import importlib.util
+import json
 import math
+import numbers
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_collections
 from ml_collections import config_dict
 
+from fedjax_dp.errors import ConfigError, UserError
 from fedjax_dp.schedules import SCHEDULES
 
 ConfigDict = ml_collections.ConfigDict
@@ -28,10 +33,6 @@ ConfigDict = ml_collections.ConfigDict
 SKEW_SCHEMES = ("constant", "adpfl_uniform", "adpfl_even")
 # privacy.noise_seed as recorded in a run directory: entropy drawn for 'os'.
 NOISE_SEED_HEX = re.compile(r"[0-9a-f]{32,}")
-
-
-class ConfigError(ValueError):
-  """A config field has a bad value; the message names the field."""
 
 
 def base_config() -> ConfigDict:
@@ -182,11 +183,40 @@ def base_config() -> ConfigDict:
   return c
 
 
+@contextlib.contextmanager
+def as_config_errors():
+  """Within this context a ValueError (from a function checking the config's values
+  and naming the field) is re-raised as a :class:`ConfigError`."""
+  try:
+    yield
+  except UserError:
+    raise
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
+
+
 def load_config(path: str | Path) -> ConfigDict:
-  """Imports a config file and returns its ``get_config()``."""
+  """The config of a Python file's ``get_config()``, or of a run's ``config.json``.
+
+  ``get_config()`` may return a ConfigDict or a plain dict; a dict, like a JSON file
+  (e.g. ``runs/x/config.json``, to run that run again), is laid over
+  :func:`base_config` (:func:`from_dict`).
+
+  Raises:
+    ConfigError: a missing or unloadable file, or a config of the wrong kind.
+  """
   path = Path(path)
   if not path.is_file():
     raise ConfigError(f"config file not found: {path}")
+  if path.suffix == ".json":
+    try:
+      blob = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+      raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
+    return from_dict(blob, str(path))
+  if path.suffix != ".py":
+    raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
+                      "or a run's config.json")
   spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   try:
@@ -196,7 +226,78 @@ def load_config(path: str | Path) -> ConfigDict:
                       f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if not hasattr(module, "get_config"):
     raise ConfigError(f"{path} has no get_config()")
-  return module.get_config()
+  try:
+    cfg = module.get_config()
+  except Exception as e:  # user code again
+    raise ConfigError(f"config file {path}: get_config() failed: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
+  if isinstance(cfg, ConfigDict):
+    if set(_all_keys(base_config())) <= set(_all_keys(cfg)):
+      return cfg
+    cfg = cfg.to_dict()  # a partial ConfigDict: laid over the defaults like a dict
+  return from_dict(cfg, f"{path}: get_config()")
+
+
+def _coerce(key: str, value: Any, like: Any) -> Any:
+  """A JSON / dict value as the type of the base field ``like`` (lists -> tuples,
+  'inf' -> float, 8 -> 8.0); anything else is left for :func:`validate` to judge."""
+  if isinstance(like, tuple) and isinstance(value, list):
+    return tuple(_coerce(key, v, 0.0) if isinstance(v, str) else v for v in value)
+  if isinstance(like, float) and isinstance(value, str):
+    try:
+      return float(value)
+    except ValueError:
+      return value
+  if isinstance(like, float) and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  return value
+
+
+def from_dict(blob: Any, source: str) -> ConfigDict:
+  """``blob`` (nested dicts, e.g. a run's ``config.json``) laid over :func:`base_config`.
+
+  Raises:
+    ConfigError: ``blob`` is not a dict, or names a key the config does not have.
+  """
+  if not isinstance(blob, dict):
+    raise ConfigError(f"{source}: expected a ConfigDict or a dict of config fields, got "
+                      f"{type(blob).__name__}")
+  cfg = base_config()
+  known = _all_keys(cfg)
+
+  def lay(node: ConfigDict, d: dict, prefix: str) -> None:
+    for k, v in d.items():
+      key = f"{prefix}{k}"
+      if not isinstance(k, str) or (key not in known and not any(
+          n.startswith(key + ".") for n in known)):
+        close = difflib.get_close_matches(str(key), known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"{source}: unknown config key {key!r}{hint}")
+      if isinstance(node[k], ConfigDict):
+        if not isinstance(v, dict):
+          raise ConfigError(f"{source}: {key} must be a dict of fields, got {v!r}")
+        lay(node[k], v, key + ".")
+      elif key in _STRING_PLACEHOLDERS:
+        node[k] = v
+      else:
+        node[k] = _coerce(key, v, node[k])
+
+  cfg = ml_collections.ConfigDict(cfg.to_dict(), type_safe=False)
+  lay(cfg, blob, "")
+  return cfg
+
+
+class _FloatNames(ast.NodeTransformer):
+  """``inf`` and ``nan`` in a tuple literal, as in ``(1, inf)``, are the floats."""
+
+  def visit_Name(self, node):
+    if node.id in ("inf", "nan"):
+      return ast.copy_location(ast.Constant(float(node.id)), node)
+    return node
+
+
+def _literal(raw: str) -> Any:
+  return ast.literal_eval(_FloatNames().visit(ast.parse(raw.strip(), mode="eval")))
 
 
 def _parse(raw: str, like: Any, key: str, field_type: type | None) -> Any:
@@ -210,14 +311,18 @@ def _parse(raw: str, like: Any, key: str, field_type: type | None) -> Any:
     if kind is float:
       return float(raw)
     if kind is int:
-      value = float(raw)
+      try:
+        return int(raw.strip())  # exact, however large (the range is checked later)
+      except ValueError:
+        pass
+      value = float(raw)  # '1e3'
       if not value.is_integer():
         raise ValueError(raw)
       return int(value)
     if kind is str:
       return raw
     if kind in (tuple, list):
-      value = ast.literal_eval(raw if raw.strip().startswith(("(", "[")) else f"({raw},)")
+      value = _literal(raw if raw.strip().startswith(("(", "[")) else f"({raw},)")
       return tuple(value)
     try:  # an unset (None) field: a Python literal, else the raw string
       return ast.literal_eval(raw)
@@ -265,8 +370,207 @@ def override(cfg: ConfigDict, assignments: Sequence[str]) -> ConfigDict:
   return cfg
 
 
+class Rule(NamedTuple):
+  """What one config field may hold (:data:`FIELD_RULES`).
+
+  Attributes:
+    kind: 'int', 'float', 'str', 'bool', 'ints' or 'floats' (tuples of numbers), or
+      'dir' (a string or None).
+    low, high: inclusive bounds on a number (or on each element of a tuple); None = none.
+    open_low, open_high: ``low`` (``high``) itself is refused.
+    inf: a float field may be ``inf`` (e.g. ``privacy.epsilon``: no noise).
+    choices: a callable giving the allowed strings (registries are imported lazily).
+    min_len: the fewest elements a tuple may hold.
+  """
+
+  kind: str
+  low: float | None = None
+  high: float | None = None
+  open_low: bool = False
+  open_high: bool = False
+  inf: bool = False
+  choices: Any = None
+  min_len: int = 0
+
+
+_U32, _I32 = 2**32 - 1, 2**31 - 1
+
+
+def _registry(module: str, name: str):
+  def names():
+    return tuple(getattr(importlib.import_module(module), name))
+  return names
+
+
+def _fixed(*names: str):
+  return lambda: names
+
+
+_POSITIVE = Rule("float", 0.0, open_low=True)
+_UNIT = Rule("float", 0.0, 1.0)
+# Every field of base_config(): a wrong type, a value out of range, nan, a stray inf or
+# an unknown name fails here, before data is read or anything is compiled.
+FIELD_RULES: dict[str, Rule] = {
+    "seed": Rule("int", 0, _U32),  # a uint32 on the device, a numpy seed on the host
+    "rounds": Rule("int", 1, _I32),
+    "name": Rule("str"),
+    "data.name": Rule("str"),
+    "data.dir": Rule("dir"),
+    "data.partition": Rule("str", choices=_registry("fedjax_dp.data.partition", "PARTITIONERS")),
+    "data.num_clients": Rule("int", 1, _I32),
+    "data.samples_per_client": Rule("int", 0, _I32),
+    "data.classes_per_client": Rule("int", 1, _I32),
+    "data.alpha": _POSITIVE,
+    "data.group_sizes": Rule("ints", 1, _I32, min_len=1),
+    "data.skew": _UNIT,
+    "data.skews": Rule("floats", 0.0, 1.0),
+    "data.skew_scheme": Rule("str", choices=_fixed(*SKEW_SCHEMES)),
+    "data.skew_remainder": Rule("str", choices=_fixed("others", "all")),
+    "data.size_sigma": Rule("float", 0.0),
+    "data.dominance": _UNIT,
+    "data.test_samples": Rule("int", 0, _I32),
+    "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
+    "client.local_steps": Rule("int", 1, _I32),
+    "client.batch_size": Rule("int", 0, _I32),
+    "client.minibatch": Rule("str", choices=_fixed("shuffle", "poisson")),
+    "client.lr": _POSITIVE,
+    "client.lr_decay": _POSITIVE,
+    "client.clip_mode": Rule("str", choices=_registry("fedjax_dp.client", "CLIP_MODES")),
+    "client.clip": _POSITIVE,
+    "client.l2_reg": Rule("float", 0.0),
+    "client.chunk_size": Rule("int", 1, _I32),
+    "server.selection": Rule("str", choices=_registry("fedjax_dp.selection", "SELECTIONS")),
+    "server.wasserstein_metric": Rule("str", choices=_fixed("zero_one", "ordinal")),
+    "server.clients_per_round": Rule("int", 0, _I32),
+    "server.q": _UNIT,
+    "server.aggregation": Rule("str", choices=_registry("fedjax_dp.engine", "AGGREGATIONS")),
+    "server.lr": _POSITIVE,
+    "server.clip_rule": Rule("str", choices=_registry("fedjax_dp.engine", "CLIP_RULES")),
+    "server.clip_quantile": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
+    "server.clip_lr": Rule("float"),
+    "server.clip_count_std": Rule("float"),
+    "server.client_chunk": Rule("int", -1, _I32),
+    "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.engine", "CONV_IMPLS")),
+    "privacy.epsilon": Rule("float", 0.0, open_low=True, inf=True),
+    "privacy.delta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
+    "privacy.mechanism": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
+                                                       "MECHANISMS")),
+    "privacy.placement": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
+                                                       "PLACEMENTS")),
+    "privacy.formula": Rule("str", choices=_registry("fedjax_dp.privacy.plan", "FORMULAS")),
+    "privacy.noise_multiplier": Rule("float", 0.0),
+    "privacy.client_epsilons": Rule("floats", 0.0, open_low=True, inf=True),
+    "privacy.enforce_budget": Rule("bool"),
+    "privacy.noise_sampling": Rule("str", choices=_fixed("per_client", "aggregate")),
+    "privacy.noise_stream": Rule("int", 0, _I32),
+    "privacy.common_random_numbers": Rule("bool"),
+    "schedule.name": Rule("str", choices=lambda: (*SCHEDULES, "optimal_t")),
+    "schedule.beta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
+    "schedule.zeta": Rule("float"),
+    "schedule.decay_fraction": _UNIT,
+    "schedule.decay_floor": _UNIT,
+    "schedule.theta": _POSITIVE,
+    "schedule.refine": _UNIT,
+    "schedule.alpha_d": Rule("float", 0.0, 1.0, open_low=True),
+    "schedule.refine_patience": _POSITIVE,
+    "schedule.refine_tol": Rule("float"),
+    "schedule.refine_exact": _UNIT,
+    "schedule.k": _POSITIVE,
+    "schedule.alpha": Rule("float"),
+    "schedule.adjust_every": Rule("float", 1.0),
+    "schedule.validation": Rule("str", choices=_fixed("server", "clients")),
+    "schedule.val_noise_multiplier": Rule("float", 0.0),  # 0 only without privacy (plan)
+    "schedule.t_grid": Rule("ints", 1, _I32),
+    "eval.every": Rule("int", 1, _I32),
+    "eval.batch_size": Rule("int", 1, _I32),
+    "checkpoint.every": Rule("int", 0, _I32),
+    "progress": Rule("bool"),
+}
+
+
+def _bound(x: float) -> str:
+  return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _number_text(kind: str, value: Any, rule: Rule) -> str | None:
+  """Why ``value`` is not a valid number of ``kind`` under ``rule``; None if it is."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    return f"expected {'an integer' if kind == 'int' else 'a number'}"
+  value = float(value) if kind == "float" else value
+  if kind == "int" and not float(value).is_integer():
+    return "expected an integer"
+  if math.isnan(value) or (math.isinf(value) and not rule.inf):
+    return "must be a finite number" + (" (or inf)" if rule.inf else "")
+  low_ok = rule.low is None or (value > rule.low if rule.open_low else value >= rule.low)
+  high_ok = rule.high is None or (value < rule.high if rule.open_high else value <= rule.high)
+  if not (low_ok and high_ok):
+    lo = "" if rule.low is None else f"{'>' if rule.open_low else '>='} {_bound(rule.low)}"
+    hi = "" if rule.high is None else f"{'<' if rule.open_high else '<='} {_bound(rule.high)}"
+    return f"must be {' and '.join(t for t in (lo, hi) if t)}"
+  return None
+
+
+def check_field(key: str, value: Any, rule: Rule) -> None:
+  """Raises :class:`ConfigError` ``'<key>=<value>: <why>'`` if ``value`` breaks ``rule``."""
+  why = None
+  if rule.kind in ("int", "float"):
+    why = _number_text(rule.kind, value, rule)
+  elif rule.kind in ("ints", "floats"):
+    if not isinstance(value, (tuple, list)):
+      why = "expected a tuple of numbers, e.g. (1,2)"
+    elif len(value) < rule.min_len:
+      why = f"needs at least {rule.min_len} value(s)"
+    else:
+      why = next((f"element {v!r} {w}" for v in value
+                  if (w := _number_text(rule.kind[:-1], v, rule))), None)
+  elif rule.kind == "bool":
+    why = None if isinstance(value, bool) else "expected true or false"
+  elif rule.kind == "dir":
+    why = None if value is None or (isinstance(value, str) and value) else (
+        "expected a directory path")
+  elif not isinstance(value, str):
+    why = "expected a string"
+  elif rule.choices is not None and value not in (known := rule.choices()):
+    close = difflib.get_close_matches(value, known, n=1)
+    why = (f"unknown value; known: {', '.join(sorted(known))}"
+           + (f" (did you mean {close[0]}?)" if close else ""))
+  if why:
+    raise ConfigError(f"{key}={value!r}: {why}")
+
+
+def check_fields(cfg: ConfigDict) -> None:
+  """Applies :data:`FIELD_RULES` to every field ``cfg`` has."""
+  for key, rule in FIELD_RULES.items():
+    *parents, leaf = key.split(".")
+    node = cfg
+    for p in parents:
+      node = node.get(p) if isinstance(node, ConfigDict) else None
+    if isinstance(node, ConfigDict) and leaf in node:
+      check_field(key, node[leaf], rule)
+
+
+def _check_client_epsilons(cfg: ConfigDict) -> None:
+  """One target per client, or none: a shorter list would be silently cycled."""
+  n, u = len(cfg.privacy.client_epsilons), int(cfg.data.num_clients)
+  if n and n != u and cfg.data.partition != "natural":
+    raise ConfigError(f"privacy.client_epsilons={tuple(cfg.privacy.client_epsilons)!r}: "
+                      f"holds {n} values, but data.num_clients is {u} (give one per client)")
+
+
+def _check_data_source(cfg: ConfigDict) -> None:
+  """``data.dir`` with the embedded ``digits`` would be ignored: refuse it."""
+  name, folder = str(cfg.data.name), cfg.data.get("dir")
+  if folder is not None and (name == "digits" or name.startswith("digits_")):
+    raise ConfigError(f"data.dir={folder!r}: data.name={name!r} is embedded and reads no "
+                      "directory; set data.name (mnist, fashion_mnist, cifar10, adult, "
+                      "lending_club or femnist) for the files there, or unset data.dir")
+
+
 def validate(cfg: ConfigDict) -> None:
   """Checks values that do not need the data; raises :class:`ConfigError` naming the field."""
+  check_fields(cfg)
+  _check_client_epsilons(cfg)
+  _check_data_source(cfg)
   eps = float(cfg.privacy.epsilon)
   if not eps > 0 or math.isnan(eps):
     raise ConfigError(f"privacy.epsilon must be > 0 (inf disables noise), got {eps}")

@@ -71,6 +71,7 @@ class Setup:
   num_clients: int
   k_slots: int
   selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
+  data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
 
 
 def _skews(cfg):
@@ -149,6 +150,13 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  # The partitioners, the model zoo and the privacy plan check the values they are
+  # given and raise ValueError naming the field: here that is the user's config.
+  with config_lib.as_config_errors():
+    return _build(cfg, cache)
+
+
+def _build(cfg, cache: dict | None) -> Setup:
   if cfg.server.selection not in engine.SELECTIONS:
     raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
                                  f"known: {engine.SELECTIONS}")
@@ -180,12 +188,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
                                cfg.server.q)
   round_cfg = _client_round_config(cfg)
   chunk = int(cfg.server.client_chunk)
-  if chunk == CLIENT_CHUNK_AUTO:
-    chunk = engine.client_chunk_for_memory(model, round_cfg, data, k_slots)
-  elif chunk < 0:
+  if chunk < CLIENT_CHUNK_AUTO:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
-  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   counts = np.asarray([len(c) for c in clients])
   privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
   if privacy.validation == "clients" and model.is_regression:
@@ -198,7 +203,11 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights)
+  if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
+    chunk = engine.client_chunk_for_memory(model, round_cfg, data, k_slots)
+  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
+  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
+               ds.source)
 
 
 def _lr_steps(cfg, scale: float) -> np.ndarray:
@@ -491,7 +500,7 @@ class RunLoop:
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
         noise_stream_id=noise_identity.stream_hex(self.stream),
         noise_seed=cfg.privacy.get("noise_seed", ""),
-        accountant=self._worst_client_accountant(), **extra)
+        accountant=self._worst_client_accountant(), data_source=self.setup.data_source, **extra)
     if self.run_dir:
       if self.status != "interrupted" and params is not None:
         if self.checkpoint_every:
@@ -538,6 +547,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
       cfg, None if overwrite else noise_identity.recorded_config(out_dir))
   if out_dir and sharding.is_primary():
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
+  if out_dir and (Path(out_dir) / ckpt_lib.FILENAME).is_file():
+    ckpt_lib.verified_payload(Path(out_dir) / ckpt_lib.FILENAME)  # before building anything
   if optimal_t.is_optimal_t(cfg):
     if out_dir and sharding.is_primary():
       # Recorded now (its candidates' noise follows from it), so a resume finds it.

@@ -77,7 +77,8 @@ class Point(NamedTuple):
 
 
 def split_values(raw: str) -> list[str]:
-  """Splits ``'1,2,(3,4)'`` at top-level commas: ``['1', '2', '(3,4)']``."""
+  """Splits ``'1,2,(3,4)'`` at top-level commas: ``['1', '2', '(3,4)']`` (an empty
+  value, as in ``'1,,2'`` or ``'2,'``, stays: :func:`parse_grid` refuses it)."""
   out, depth, cur = [], 0, ""
   for ch in raw:
     if ch in "([{":
@@ -90,7 +91,7 @@ def split_values(raw: str) -> list[str]:
     else:
       cur += ch
   out.append(cur.strip())
-  return [v for v in out if v]
+  return out if any(out) else []
 
 
 def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
@@ -109,6 +110,9 @@ def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
     values = split_values(raw)
     if not values:
       raise config_lib.ConfigError(f"--grid {key}= has no values")
+    if "" in values:
+      raise config_lib.ConfigError(f"--grid {key}={raw}: value {values.index('') + 1} is "
+                                   "empty (a stray comma?)")
     grid[key] = values
   return grid
 
@@ -150,13 +154,15 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
     sets: ``key=value`` overrides applied to every point first.
 
   Raises:
-    config_lib.ConfigError: unknown keys (with suggestions) or unparsable values.
+    config_lib.ConfigError: unknown keys (with suggestions), unparsable or repeated
+      values, or a point whose config does not validate (before anything runs).
   """
   base = config_lib.override(cfg, list(sets))
   keys = list(grid)
   for key in keys:
     if not len(grid[key]):
       raise config_lib.ConfigError(f"grid {key!r} has no values")
+    _check_distinct(base, key, grid[key])
   leaves = [k.split(".")[-1] for k in keys]
   labels = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(keys, leaves)]
   points = []
@@ -170,8 +176,19 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
     # Each point's noise follows from its own config (fedjax_dp.noise_identity): points
     # differ in their grid values, so they draw independent noise unless they opt in
     # to privacy.common_random_numbers, and a point re-run alone draws the same.
+    config_lib.validate(point_cfg)
     points.append(Point(index, name, values, point_cfg))
   return points
+
+
+def _check_distinct(base, key: str, raw: Sequence[Any]) -> None:
+  """Refuses a grid that gives one value twice (``seed=0,0``: two identical runs)."""
+  seen: list[Any] = []
+  for v in raw:
+    value = _get(config_lib.override(base, [f"{key}={_as_text(v)}"]), key)
+    if value in seen:
+      raise config_lib.ConfigError(f"--grid {key}: value {_as_text(v)} is given twice")
+    seen.append(value)
 
 
 def _coerce(value: Any) -> Any:
@@ -199,7 +216,7 @@ def _finished(cfg, point_dir: Path) -> bool:
   """Whether ``point_dir`` holds the finished run of ``cfg`` (its summary.json).
 
   Raises:
-    ValueError: the directory holds a run of a different config.
+    config_lib.ConfigError: the directory holds a run of a different config.
   """
   if not (point_dir / "summary.json").exists():
     return False
@@ -208,8 +225,8 @@ def _finished(cfg, point_dir: Path) -> bool:
   want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
   if have != want:
-    raise ValueError(f"{point_dir} holds a finished run of a different config; use a new "
-                     "--out directory (or delete it) to run this sweep")
+    raise config_lib.ConfigError(f"{point_dir} holds a finished run of a different config; "
+                                 "use a new --out directory (or delete it) to run this sweep")
   return True
 
 

