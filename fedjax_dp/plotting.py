@@ -147,6 +147,8 @@ def curves(members: Sequence[Member]) -> list[Curve]:
         sum(bool(m.summary and m.summary.get("epsilon_warning")) for m in group),
         max((_final(r, "epsilon_certified") for r in finals), default=math.nan),
         max((_final(r, "epsilon_claimed") for r in finals), default=math.nan)))
+  if len({c.units for c in out}) > 1:  # say which line certifies which unit
+    out = [c._replace(label=f"{c.label} [{'; '.join(c.units) or 'no unit'}]") for c in out]
   return out
 
 

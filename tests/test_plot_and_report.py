@@ -3,6 +3,7 @@ and the warning when a paper formula's certified epsilon exceeds the requested o
 
 import json
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -10,7 +11,7 @@ from _helpers import QUICKSTART, ROOT
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_datasets_papers import write_loans
 
-from fedjax_dp import catalog, cli, client, plotting, selection
+from fedjax_dp import catalog, cli, client, plotting, reporting, selection
 from fedjax_dp.privacy import plan
 
 FU_LR = ROOT / "experiments" / "configs" / "fu_lr_laplace.py"
@@ -155,6 +156,14 @@ def test_more_than_ten_lines_have_distinct_styles_and_the_legend_is_outside():
   assert legend_box.x0 >= max(ax.get_window_extent(renderer).x1 for ax in fig.axes)
 
 
+def test_lines_of_different_units_say_which():
+  client_rows = [dict(r, privacy_unit="client-level, replace-one") for r in _rows(0)]
+  cs = plotting.curves([plotting.Member({"privacy.placement": "upload"}, _rows(0), "a"),
+                        plotting.Member({"privacy.placement": "central"}, client_rows, "b")])
+  assert [c.label for c in cs] == ["placement=upload [example-level, add/remove]",
+                                   "placement=central [client-level, replace-one]"]
+
+
 def test_title_shows_the_certified_epsilon_not_the_target():
   rows = [dict(r, epsilon_certified=1.43e7 * r["round"] / 5, epsilon_claimed=2.0 * r["round"])
           for r in _rows(0)]
@@ -197,7 +206,18 @@ def test_account_help_has_no_raw_markup(capsys):
   assert "``" not in out and "::" not in out
 
 
+def test_budget_warning_only_for_a_requested_epsilon():
+  def fake(formula, over, noiseless=False):
+    return SimpleNamespace(formula=formula, noiseless=noiseless, over_budget=lambda _: over,
+                           target_epsilon=8.0, delta=1e-3)
+
+  assert "certified epsilon 9.257 exceeds the requested 8.000" in reporting.budget_warning(
+      fake("wei_eq10", True), None, 9.257)
+  assert reporting.budget_warning(fake("calibrated", False), None, 8.0) is None
+  # privacy.formula=noise_multiplier fixes the noise: privacy.epsilon is no request.
+  assert reporting.budget_warning(fake("noise_multiplier", True), None, 50.0) is None
+
+
 def test_unit_text():
-  from fedjax_dp import reporting
   assert reporting.unit_text("client", "add_remove") == "client-level, add/remove"
   assert math.isnan(plotting._final({}, "epsilon_certified"))
