@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -32,11 +33,18 @@ FORMULAS = ("wei10", "wei10-corrected", "yuan8", "yuan8-corrected", "fu-thm1", "
             "fu-zcdp", "adpfl")
 
 
+def help_text(doc: str | None = None) -> str:
+  """The module docstring as plain text for ``--help``: reST's double backticks
+  dropped and ``Examples::`` ended with one colon (the layout is kept)."""
+  text = (__doc__ if doc is None else doc).replace("``", "")
+  return re.sub(r"::$", ":", text, flags=re.MULTILINE)
+
+
 def register(subparsers) -> argparse.ArgumentParser:
   """Adds the ``account`` subcommand to an argparse ``subparsers`` object."""
   p = subparsers.add_parser(
       "account", help="privacy accounting: epsilon for a noise schedule, or the noise for a budget",
-      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+      description=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
   add_arguments(p)
   p.set_defaults(func=run_account)
   return p
@@ -357,7 +365,7 @@ def _json_default(x):
 
 def main(argv=None) -> int:
   """``python -m fedjax_dp.account_cli ...``."""
-  parser = argparse.ArgumentParser(prog="fedjax-dp account", description=__doc__,
+  parser = argparse.ArgumentParser(prog="fedjax-dp account", description=help_text(),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   add_arguments(parser)
   args = parser.parse_args(argv)

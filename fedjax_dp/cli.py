@@ -1,9 +1,10 @@
-"""``fedjax-dp``: run | sweep | account | plot | audit.
+"""``fedjax-dp``: run | sweep | account | plot | audit | list.
 
   fedjax-dp run CONFIG --out DIR [--set key=value ...] [--overwrite]
   fedjax-dp sweep CONFIG --grid key=v1,v2,... [--grid ...] [--set key=value ...] --out DIR
   fedjax-dp account --mechanism gaussian --q Q --sigma Z --rounds T --delta D
-  fedjax-dp plot RUN_DIR [RUN_DIR ...] --out FILE.png
+  fedjax-dp plot RUN_OR_SWEEP_DIR [...] --out FILE.png
+  fedjax-dp list
   fedjax-dp audit CONFIG [--set key=value ...] [--trials N] [--variant V] [--out FILE.json]
 
 Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoint
@@ -36,7 +37,8 @@ def _cmd_run(args) -> int:
   acc = s["final_test_accuracy"]
   print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",
                                       "final_test_loss", "epsilon_claimed",
-                                      "epsilon_certified", "wall_seconds")}, indent=2))
+                                      "epsilon_certified", "privacy_unit", "wall_seconds")},
+                   indent=2))
   if "best_rounds" in s:
     print("optimal_t: final test loss per T: " + ", ".join(
         f"T={r['rounds']}: {r['final_test_loss']:.4f}" for r in s["optimal_t"]
@@ -47,7 +49,10 @@ def _cmd_run(args) -> int:
     metric = f"final test MSE {mse if mse is None else f'{mse:.4f}'}"
   print(f"{metric} after {s['rounds_run']} "
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
-        f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}; outputs in {args.out}")
+        f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}, privacy unit "
+        f"{s['privacy_unit']}; outputs in {args.out}")
+  if s.get("epsilon_warning"):
+    print(s["epsilon_warning"], file=sys.stderr)
   return 0 if s["status"] != "diverged" else 3
 
 
@@ -75,60 +80,43 @@ def _cmd_sweep(args) -> int:
     acc = evaluated.get(name, {}).get("test_accuracy")
     acc_text = "-" if acc is None else f"{acc:.4f}"
     print(f"{name:<40} {r['round']:>6} {acc_text:>9} {r['epsilon_certified']:>13.3f}")
-  print(f"{len(last)} points in {time.time() - start:.1f} s; per-round rows in "
-        f"{Path(args.out) / 'sweep.csv'}, run directories in {Path(args.out) / 'points'}")
+  units = sorted({str(r["privacy_unit"]) for r in last.values() if r.get("privacy_unit")})
+  print(f"{len(last)} points in {time.time() - start:.1f} s; privacy unit "
+        f"{'; '.join(units) or '-'}; per-round rows in {Path(args.out) / 'sweep.csv'}, "
+        f"run directories in {Path(args.out) / 'points'}")
+  for name in last:
+    summary = Path(args.out) / "points" / name / "summary.json"
+    warning = json.loads(summary.read_text()).get("epsilon_warning") if summary.exists() else None
+    if warning:
+      print(f"{name}: {warning}", file=sys.stderr)
   return 0
 
 
 def _cmd_plot(args) -> int:
-  import io
+  from fedjax_dp import outputs, plotting
 
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  from matplotlib.backend_bases import FigureCanvasBase
-
-  from fedjax_dp import outputs
-  from fedjax_dp.results import read_csv
-
-  # A directory gets plot.png inside; a name without an image suffix gets .png.
-  formats = set(FigureCanvasBase.get_supported_filetypes()) - {"png"}
-  out = outputs.check_file(args.out, "plot.png", ["png", *sorted(formats)])
-  for run in args.runs:
-    if not (Path(run) / "metrics.csv").is_file():
-      raise ValueError(f"plot: {run} has no metrics.csv (not a run directory)")
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-  for run in args.runs:
-    rows = _plot_rows(Path(run), read_csv)
-    xs = [int(r["round"]) for r in rows]
-    for ax, key in zip(axes, ("test_loss", "test_accuracy")):
-      ax.plot(xs, [float(r[key]) for r in rows], label=Path(run).name)
-      ax.set_xlabel("round")
-      ax.set_ylabel(key.replace("_", " "))
-  axes[0].legend(fontsize=8)
-  fig.tight_layout()
-  buf = io.BytesIO()
-  fig.savefig(buf, format=out.suffix.lstrip(".").lower(), dpi=110)
-  plt.close(fig)
-  outputs.atomic_write(out, buf.getvalue())
-  print(f"wrote {out}")
+  # A directory gets plot.png inside; a name without a suffix gets .png.
+  out = outputs.check_file(args.out, "plot.png", ["png"])
+  plot = plotting.plot_dirs(args.runs, title=args.title or "")
+  outputs.atomic_write(out, plot.png)
+  print(f"wrote {out}: {plot.description}")
   return 0
 
 
-def _plot_rows(run: Path, read_csv) -> list[dict]:
-  """The evaluated rows of ``run``'s metrics.csv, or a UserError naming the file."""
-  from fedjax_dp.errors import UserError
-  path = run / "metrics.csv"
-  if not path.is_file():
-    raise UserError(f"plot: {run} is not a run directory (no {path})")
+def _cmd_list(args) -> int:
+  del args
+  from fedjax_dp import catalog
+
+  print(catalog.text())
+  return 0
+
+
+def _version() -> str:
+  from importlib import metadata
   try:
-    rows = [r for r in read_csv(path) if r["test_loss"]]
-    for r in rows:
-      int(r["round"]), float(r["test_loss"]), float(r["test_accuracy"] or "nan")
-  except (KeyError, ValueError, TypeError, UnicodeDecodeError) as e:
-    raise UserError(f"plot: {path} is not a metrics.csv of a run ({type(e).__name__}: "
-                    f"{e})") from None
-  return rows
+    return metadata.version("fedjax_dp")
+  except metadata.PackageNotFoundError:  # a source checkout that was never installed
+    return "unknown (not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -202,6 +190,7 @@ def _cmd_audit(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog="fedjax-dp", description="Differentially private federated learning in JAX.")
+  parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
   sub = parser.add_subparsers(dest="command", required=True)
 
   p = sub.add_parser("run", help="run one experiment from a config file")
@@ -254,11 +243,21 @@ def build_parser() -> argparse.ArgumentParser:
                  "existing directory: DIR/audit.json)")
   p.set_defaults(func=_cmd_audit)
 
-  p = sub.add_parser("plot", help="plot test loss/accuracy of run directories")
-  p.add_argument("runs", nargs="+")
-  p.add_argument("--out", required=True, help="image file (an existing directory: "
-                 "DIR/plot.png; no image suffix: .png is appended); the path written is printed")
+  p = sub.add_parser("plot", help="plot run and sweep directories: test loss, accuracy, "
+                     "epsilon", description="One line per run, or per sweep point (points "
+                     "differing only in seed: their mean, with a min-max band). Panels: test "
+                     "loss (MSE for regressions), test accuracy, certified (solid) and claimed "
+                     "(dashed) epsilon.")
+  p.add_argument("runs", nargs="+", metavar="DIR", help="run or sweep directories")
+  p.add_argument("--out", required=True, help="the PNG file to write (an existing "
+                 "directory: DIR/plot.png; no suffix: .png is appended); the path written is "
+                 "printed")
+  p.add_argument("--title", default=None, help="first title line (default: the config names)")
   p.set_defaults(func=_cmd_plot)
+
+  p = sub.add_parser("list", help="datasets (and where they are), models, schedules, "
+                     "formulas, selection rules, clip modes")
+  p.set_defaults(func=_cmd_list)
 
   try:
     from fedjax_dp import account_cli

@@ -38,7 +38,7 @@ import numpy as np
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, noise_identity, optimal_t, sharding
+from fedjax_dp import engine, noise_identity, optimal_t, reporting, sharding
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition
 from fedjax_dp.data.federated import FederatedData
@@ -279,6 +279,7 @@ class RunLoop:
     self.running = True
     self.t = 0
     self.horizon = int(cfg.rounds)
+    self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
     self.test = (float("nan"), float("nan"))
     # Schedules may only shorten T; guard against one that never stops anyway.
     self._max_rounds = int(cfg.rounds) * 4 + 10
@@ -447,7 +448,7 @@ class RunLoop:
         "update_norm": float(metrics["update_norm"]), "num_selected": int(metrics["num_selected"]),
         "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
         "horizon": p.plan.horizon, "epsilon_claimed": self.privacy.claimed_epsilon(self.acct),
-        "epsilon_certified": p.certified, "wall_s": round(wall, 3)}
+        "epsilon_certified": p.certified, "privacy_unit": self.unit, "wall_s": round(wall, 3)}
     if self.validate_clients:
       # The schedule reads S_t from here: only the released (noisy) score, never the
       # test accuracy, on the rounds it was released.
@@ -500,15 +501,21 @@ class RunLoop:
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
         noise_stream_id=noise_identity.stream_hex(self.stream),
         noise_seed=cfg.privacy.get("noise_seed", ""),
-        accountant=self._worst_client_accountant(), data_source=self.setup.data_source, **extra)
+        accountant=self._worst_client_accountant(), data_source=self.setup.data_source,
+        **reporting.summary_fields(privacy, self.acct, rows[-1]["epsilon_certified"]
+                                   if rows else 0.0),
+        **extra)
     if self.run_dir:
       if self.status != "interrupted" and params is not None:
         if self.checkpoint_every:
           self.save_checkpoint(params, wall)
         ckpt_lib.save_model(self.run_dir.path / ckpt_lib.MODEL_FILENAME, params)
       self.run_dir.write_metrics(rows, self.columns)
-      self.run_dir.write_plot(rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}, "
-                              f"eps={privacy.target_epsilon:g}")
+      # The plot's second title line gives the certified epsilon and the unit of privacy.
+      over = (f"; certified exceeds the requested epsilon {privacy.target_epsilon:g}"
+              if summary["epsilon_warning"] else "")
+      self.run_dir.write_plot(
+          rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}{over}")
       self.run_dir.write_summary(summary)
     return RunResult(rows, summary, params)
 

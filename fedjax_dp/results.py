@@ -65,50 +65,18 @@ def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
 
 def plot_metrics(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
                  title: str = "", *, owned: bool = False) -> None:
-  """Saves a PNG of test loss and accuracy (and certified epsilon) against rounds.
+  """Saves a PNG of test loss and accuracy (test MSE for a regression) and the
+  certified and claimed epsilon against rounds (:mod:`fedjax_dp.plotting`)."""
+  from fedjax_dp import plotting  # matplotlib loads only when a plot is written
 
-  Rows without any test accuracy (a regression run) get one "test MSE" panel instead.
-  """
-  # A bare Figure (no pyplot): the library must not switch the user's backend (a
-  # notebook's inline plots would stop showing) nor leave figures in pyplot's registry.
-  from matplotlib.figure import Figure
-
-  def series(key):
-    pts = [(int(r["round"]), float(r[key])) for r in rows
-           if r.get(key) not in (None, "") and math.isfinite(float(r[key]))]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-  panels = [("test_loss", "test loss"), ("test_accuracy", "test accuracy")]
-  if rows and not any(r.get("test_accuracy") not in (None, "") for r in rows):
-    # A regression run: its test loss is the test MSE and it has no accuracy.
-    panels = [("test_loss", "test MSE")]
-  if rows and "epsilon_certified" in rows[0]:
-    panels.append(("epsilon_certified", "epsilon"))
-  fig = Figure(figsize=(4.2 * len(panels), 3.4))
-  axes = fig.subplots(1, len(panels), squeeze=False)[0]
-  for ax, (key, label) in zip(axes, panels):
-    xs, ys = series(key)
-    ax.plot(xs, ys, label=key.replace("_", " "))
-    if key == "epsilon_certified":
-      xs2, ys2 = series("epsilon_claimed")
-      ax.plot(xs2, ys2, "--", label="epsilon claimed (paper formula)")
-      ax.legend(fontsize=8)
-    ax.set_xlabel("round")
-    ax.set_ylabel(label)
-    ax.grid(alpha=0.3)
-  if title:
-    fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  buf = io.BytesIO()
-  fig.savefig(buf, format="png", dpi=110)
-  _atomic_write(Path(path), buf.getvalue(), owned=owned)
+  _atomic_write(Path(path), plotting.plot_rows(rows, title), owned=owned)
 
 
 # metrics.csv: one row per round.
 METRIC_COLUMNS = (
     "round", "test_loss", "test_accuracy", "train_loss", "grad_norm", "update_norm",
     "num_selected", "noise_mean", "horizon", "epsilon_claimed", "epsilon_certified",
-    "wall_s")
+    "privacy_unit", "wall_s")
 
 
 @dataclasses.dataclass

@@ -31,8 +31,10 @@ Output directory::
 Re-running the same command resumes: a point whose ``summary.json`` exists (and is
 not ``interrupted``) is finished and skipped, an unfinished point continues from its
 last checkpoint (``checkpoint.every``), and ``sweep.csv`` is rebuilt from the points' ``metrics.csv``
-files, so it equals the uninterrupted sweep's (wall-clock time is left out of it;
-it stays in each point's ``metrics.csv`` and ``summary.json``).
+files, so it equals the uninterrupted sweep's in every column but ``wall_s`` (each
+round's wall-clock seconds). ``sweep.csv`` always has a ``seed`` column (the
+point's seed, a grid axis or not) and ``privacy_unit`` (the unit of privacy and the
+neighbouring relation its epsilon is certified for).
 
 The directory and every point's are project directories (:mod:`fedjax_dp.outputs`),
 claimed before any compute: a sweep of another grid, base config or ``--set`` into
@@ -57,7 +59,7 @@ import jax
 from fedjax_dp import checkpoint, experiment, noise_identity, optimal_t, outputs, results, sharding
 from fedjax_dp import config as config_lib
 
-SWEEP_COLUMNS = tuple(c for c in experiment.METRIC_COLUMNS if c != "wall_s")
+SWEEP_COLUMNS = experiment.METRIC_COLUMNS
 
 
 class Point(NamedTuple):
@@ -208,8 +210,9 @@ def _coerce(value: Any) -> Any:
 
 
 def _sweep_rows(point: Point, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-  return [dict(point=point.name, **point.values,
-               **{c: _coerce(r.get(c)) for c in SWEEP_COLUMNS}) for r in rows]
+  # ``seed`` is a column whether or not it is a grid axis (the point's own seed).
+  head = {"point": point.name, **point.values, "seed": _get(point.config, "seed")}
+  return [{**head, **{c: _coerce(r.get(c)) for c in SWEEP_COLUMNS}} for r in rows]
 
 
 def _finished(cfg, point_dir: Path) -> bool:
@@ -409,7 +412,8 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     source = results.read_csv(d / "metrics.csv") if on_disk else fresh[p.index]
     rows.extend(_sweep_rows(p, source))
   if out and sharding.is_primary():
-    results.write_csv(out / "sweep.csv", rows, ["point", *grid, *SWEEP_COLUMNS], owned=True)
+    results.write_csv(out / "sweep.csv", rows,
+                      ["point", *grid, *(() if "seed" in grid else ("seed",)), *SWEEP_COLUMNS], owned=True)
     results.write_json(out / "sweep.json", {
         "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
         "points": [{"name": p.name, "values": p.values} for p in points], **_noise_seed(points),
