@@ -13,12 +13,15 @@ import difflib
 import importlib.util
 import math
 from collections.abc import Sequence
+from importlib import resources
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
+from fedjax_dp import configs
 from fedjax_dp.schedules import SCHEDULES
 
 ConfigDict = ml_collections.ConfigDict
@@ -173,11 +176,35 @@ def base_config() -> ConfigDict:
 
 
 def load_config(path: str | Path) -> ConfigDict:
-  """Imports a config file and returns its ``get_config()``."""
-  path = Path(path)
-  if not path.is_file():
-    raise ConfigError(f"config file not found: {path}")
-  spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
+  """Returns ``get_config()`` of a config file or of a config shipped in the package.
+
+  Args:
+    path: a Python file with ``get_config()``, or the name of a shipped config
+      (``"quickstart"``: ``fedjax_dp/configs/quickstart.py``, found from any directory).
+      An existing file wins over a name.
+
+  Raises:
+    ConfigError: ``path`` is neither an existing file nor a shipped name (the message
+      lists the names), or the file fails to load or has no ``get_config()``.
+  """
+  shipped = configs.names()
+  if not isinstance(path, (str, Path)) or not str(path):
+    raise ConfigError(f"no config given ({path!r}): pass a config file or one of the "
+                      f"shipped names: {', '.join(shipped)}")
+  if not Path(path).is_file():
+    if str(path) not in shipped:
+      raise ConfigError(f"config not found: {path} is neither a file nor a shipped config "
+                        f"(shipped: {', '.join(shipped)})")
+    with resources.as_file(resources.files(configs) / f"{path}.py") as file:
+      return _load_file(file)
+  return _load_file(Path(path))
+
+
+def _load_file(path: Path) -> ConfigDict:
+  """Imports the config file ``path`` and returns its ``get_config()``."""
+  name = f"fedjax_dp_config_{path.stem}"
+  # An explicit source loader: a file without the .py suffix is Python all the same.
+  spec = importlib.util.spec_from_loader(name, SourceFileLoader(name, str(path)))
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)
