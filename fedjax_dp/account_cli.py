@@ -225,6 +225,9 @@ def _accountants(args) -> list[str]:
   return names
 
 
+_PLD_MISSING = "dp-accounting is not installed: pip install 'fedjax_dp[pld]'"
+
+
 def _pld_available() -> bool:
   try:
     import dp_accounting  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
@@ -257,7 +260,7 @@ def compute(args) -> dict:
       entry = {}
       try:
         if name == "pld" and not _pld_available():
-          raise ImportError("dp-accounting is not installed")
+          raise ImportError(_PLD_MISSING)
         z = calibration.calibrate_noise_multiplier(
             args.epsilon, args.delta, args.rounds, ratio=args.ratio, accountant=name,
             pld_discretization=args.pld_discretization, **_calib_kwargs(kw, args))
@@ -282,7 +285,7 @@ def compute(args) -> dict:
   for name in names:
     try:
       if name == "pld" and not _pld_available():
-        raise ImportError("dp-accounting is not installed")
+        raise ImportError(_PLD_MISSING)
       entry = {"epsilon": accounting.epsilon(hist, args.delta, name,
                                              pld_discretization=args.pld_discretization)}
       if name == "rdp":

@@ -187,6 +187,10 @@ def _cmd_audit(args) -> int:
   return 0
 
 
+_CONFIG_HELP = ("Python file with get_config(), or a shipped config's name "
+                "(fedjax_dp/configs: quickstart, wei_mnist_mlp, ...)")
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = _Parser(
       prog="fedjax-dp", description="Differentially private federated learning in JAX.")
@@ -194,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
   sub = parser.add_subparsers(dest="command", required=True)
 
   p = sub.add_parser("run", help="run one experiment from a config file")
-  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("config", help=_CONFIG_HELP)
   p.add_argument("--out", required=True,
                  help="run directory to write (an existing one of the same config resumes)")
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -209,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Runs every combination of the --grid values; points that "
                      "share array shapes run as one vmapped program. Re-running the same "
                      "command skips finished points.")
-  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("config", help=_CONFIG_HELP)
   p.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
                  help="a config field and its values (repeatable; the product is run), "
                  "e.g. --grid privacy.epsilon=1,4,16 --grid seed=0,1,2")
@@ -226,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Runs the configured mechanism on canary trials (lanes of one "
                      "compiled program) and prints an empirical lower bound on epsilon, the "
                      "certified upper bound and their ratio (docs/privacy.md).")
-  p.add_argument("config", help="Python file with get_config()")
+  p.add_argument("config", help=_CONFIG_HELP)
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field (repeatable)")
   p.add_argument("--trials", default="1000", help="canary trials (default 1000)")

@@ -18,12 +18,15 @@ import math
 import numbers
 import re
 from collections.abc import Sequence
+from importlib import resources
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import ml_collections
 from ml_collections import config_dict
 
+from fedjax_dp import configs
 from fedjax_dp.errors import ConfigError, UserError
 from fedjax_dp.schedules import SCHEDULES
 
@@ -196,28 +199,48 @@ def as_config_errors():
 
 
 def load_config(path: str | Path) -> ConfigDict:
-  """The config of a Python file's ``get_config()``, or of a run's ``config.json``.
+  """The config of a Python file's ``get_config()``, of a run's ``config.json``, or of a
+  config shipped in the package.
 
   ``get_config()`` may return a ConfigDict or a plain dict; a dict, like a JSON file
   (e.g. ``runs/x/config.json``, to run that run again), is laid over
   :func:`base_config` (:func:`from_dict`).
 
+  Args:
+    path: a Python file with ``get_config()``, a run's ``config.json``, or the name of
+      a shipped config (``"quickstart"``: ``fedjax_dp/configs/quickstart.py``, found
+      from any directory). An existing file wins over a name.
+
   Raises:
-    ConfigError: a missing or unloadable file, or a config of the wrong kind.
+    ConfigError: ``path`` is neither an existing file nor a shipped name (the message
+      lists the names), or the file fails to load, has no ``get_config()``, or holds
+      a config of the wrong kind.
   """
+  shipped = configs.names()
+  if not isinstance(path, (str, Path)) or not str(path):
+    raise ConfigError(f"no config given ({path!r}): pass a config file or one of the "
+                      f"shipped names: {', '.join(shipped)}")
+  if not Path(path).is_file():
+    if str(path) not in shipped:
+      raise ConfigError(f"config file not found: {path} is neither a file nor a shipped "
+                        f"config (shipped: {', '.join(shipped)})")
+    with resources.as_file(resources.files(configs) / f"{path}.py") as file:
+      return _load_file(file)
   path = Path(path)
-  if not path.is_file():
-    raise ConfigError(f"config file not found: {path}")
   if path.suffix == ".json":
     try:
       blob = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as e:
       raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
     return from_dict(blob, str(path))
-  if path.suffix != ".py":
-    raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
-                      "or a run's config.json")
-  spec = importlib.util.spec_from_file_location(f"fedjax_dp_config_{path.stem}", path)
+  return _load_file(path)
+
+
+def _load_file(path: Path) -> ConfigDict:
+  """Imports the config file ``path`` and returns its ``get_config()``."""
+  name = f"fedjax_dp_config_{path.stem}"
+  # An explicit source loader: a file without the .py suffix is Python all the same.
+  spec = importlib.util.spec_from_loader(name, SourceFileLoader(name, str(path)))
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)

@@ -1,49 +1,15 @@
 """Shared settings and helpers of the A-DPFL reproduction scripts (spec adpfl.md).
 
-The paper's setting (Table 1, spec section 5.1): N = 1000 MNIST clients of 60
-examples, DP-SGD inside the clients (B = 20, per-example L2 clipping C = 4,
-Gaussian noise N(0, sigma_t^2 C^2 I) on each step's summed clipped gradient,
-eta = 0.05, one local epoch = 3 steps), sigma_0 = 1, k = 0.7, T = 50 rounds.
-
-**Reductions on the 2-core CPU** (REPRODUCTION.md states them beside every verdict):
-
-* the model is the MLP 784-256-10 (``mlp_784_256_10``, 203,530 parameters)
-  instead of the 3.3 M parameter "Deep MNIST" CNN (``cnn_adpfl_mnist``): one
-  round of K = 10 clients of that CNN took ~6 s here. The CNN that fits the
-  budget, LeNet-5 (``cnn_yuan``, PyTorch init), stayed on the loss plateau
-  (2.30, accuracy 0.10-0.17) for all 50 non-private rounds at the paper's
-  eta = 0.05 (``results/lenet/``), so it cannot carry any comparison; the MLP
-  learns at that eta. ``--model cnn_adpfl_mnist`` runs the paper's network;
-* K = 10 clients per round (1 % of N) instead of the spec's suggested 0.1 N = 100
-  (``--clients``): sqrt(10) more DP noise in the average than with K = 100;
-* seeds as the scripts say (3 for Table 2, 1 elsewhere).
-
-The four methods (spec section 4) and how each maps onto the engine:
-
-* ``nonprivate``: FedAvg, K uniform clients, no clipping, no noise.
-* ``dpfl``: DP-SGD in the clients with constant sigma = 1, K uniform clients.
-* ``clfl``: Geyer et al. (2017) client-level DP-FedAvg: the server clips every
-  update to the median update norm and adds N(0, sigma^2 S^2) to the sum
-  (``privacy.placement = central``, ``client.clip_mode = update_l2``,
-  ``server.clip_rule = median``), sigma = 1, K uniform clients.
-* ``adpfl``: DP-SGD in the clients, W-ranked top-K selection
-  (``wasserstein_topk``) and the validation-driven decay of eq. (15)
-  (``schedule.adpfl``; the score is the global model's test accuracy, the
-  engine's held-out evaluation standing in for the paper's validation set:
-  ``schedule.validation = 'server'``).
-
-Noise units. The paper's sigma is the ratio of the noise std to C on the SUM of
-the batch's clipped gradients, i.e. the multiplier against the add/remove
-sensitivity C. The engine speaks in multipliers against the sensitivity its
-accountant proves (replace-one: 2 C per step), so the engine multiplier is
-``sigma C / Delta`` (:func:`engine_multiplier`); the noise the model sees is the
-paper's either way.
+The paper's setting, its four methods, the reductions on the 2-core CPU and the
+noise units are :mod:`fedjax_dp.papers.adpfl` (re-exported here, so that the
+notebook, which runs from an installed package, uses the same code). Added here:
+where the data, runs and results are, seeds as the scripts say (3 for Table 2, 1
+elsewhere), and the scripts' command-line flags.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -51,227 +17,56 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np
 import pandas as pd
 
-from fedjax_dp import config as config_lib
-from fedjax_dp import experiment
 from fedjax_dp import reproduction as repro
-from fedjax_dp.privacy import accounting, calibration
-from fedjax_dp.privacy import plan as plan_lib
+from fedjax_dp.papers import adpfl
+from fedjax_dp.papers.adpfl import (  # noqa: F401  (the scripts' names)
+    ALPHA,
+    CLIENTS_PER_ROUND,
+    K_DECAY,
+    LABELS,
+    METHODS,
+    MODEL,
+    ROUNDS,
+    SIGMA0,
+    calibrate_multiplier,
+    certified,
+    epsilon_of,
+    final,
+    has_clfl,
+    method_config,
+    paper_sigma,
+)
 
 RESULTS = Path(os.environ.get("ADPFL2022_RESULTS", Path(__file__).resolve().parent / "results"))
 RUNS = Path(os.environ.get("ADPFL2022_RUNS", ROOT / "runs" / "adpfl2022"))
 MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
 CIFAR_DIR = os.environ.get("FEDJAX_DP_CIFAR10")
 
-# Table 1 (spec section 5.1) and the reductions of the module docstring.
-SIGMA0, K_DECAY, BATCH, CLIP, LR, ROUNDS = 1.0, 0.7, 20, 4.0, 0.05, 50
-NUM_CLIENTS, SAMPLES = 1000, 60
-CLIENTS_PER_ROUND = 10
-MODEL = "mlp_784_256_10"
-DELTA = 1e-5
-ALPHA = 0.005  # spec section 5.4 item 3 (not given by the paper)
-
 # Table 2 (spec section 5.3, E2): the paper's accuracies of A-DPFL.
 TABLE2_CLAIM = {("mnist", "iid"): 0.989, ("mnist", "noniid"): 0.942,
                 ("cifar10", "iid"): 0.704, ("cifar10", "noniid"): 0.641}
-METHODS = ("nonprivate", "adpfl", "clfl", "dpfl")  # the paper's claimed order (Fig. 4)
-LABELS = {"nonprivate": "non-private FL", "dpfl": "DPFL (sigma = 1, uniform)",
-          "clfl": "CL-FL (Geyer et al., median clip)", "adpfl": "A-DPFL (W top-K + decay)"}
-
 CIFAR_MESSAGE = (
     "CIFAR-10 rows skipped: no CIFAR-10 data here (no registry we reach ships it). Where the "
     "data is, run with FEDJAX_DP_CIFAR10=/path/to/cifar-10-batches-py and --dataset cifar10, "
     "e.g. FEDJAX_DP_CIFAR10=... python experiments/adpfl2022/table2.py --dataset cifar10")
 
 
-def paper_config(dataset: str = "mnist", partition: str = "noniid", *,
-                 clients: int = CLIENTS_PER_ROUND, model: str = MODEL, rounds: int = ROUNDS,
-                 samples: int | None = None, num_clients: int | None = None):
-  """Table 1's setting on ``dataset`` with the spec's partition (section 5.2).
-
-  ``partition='noniid'``: per-client skew s_i drawn from {0, 0.1, ..., 1}, dominant
-  label i mod 10, the rest drawn from all labels (``skew_remainder='all'``);
-  ``'iid'``: s_i = 0 for every client (the same construction). Privacy fields are
-  the DP-SGD ones; :func:`method_config` turns them into a method.
-  """
-  if partition not in ("iid", "noniid"):
-    raise config_lib.ConfigError(f"partition must be 'iid' or 'noniid', got {partition!r}")
-  c = config_lib.base_config()
-  c.name = f"adpfl_{dataset}_{partition}"
-  c.rounds = rounds
-  c.data.name = dataset
-  if dataset == "mnist":
-    c.data.dir = MNIST_DIR
-    c.client.clip = CLIP
-    n = NUM_CLIENTS if num_clients is None else num_clients
-  elif dataset == "cifar10":
-    if not CIFAR_DIR:
-      raise SystemExit(CIFAR_MESSAGE)
-    c.data.dir = CIFAR_DIR
-    c.client.clip = 7.0
-    n = 100 if num_clients is None else num_clients
-  else:
-    raise config_lib.ConfigError(f"dataset must be mnist or cifar10, got {dataset!r}")
-  c.data.partition = "label_skew"
-  c.data.num_clients = n
-  c.data.samples_per_client = samples or (60000 if dataset == "mnist" else 50000) // n
-  c.data.skew_remainder = "all"
-  if partition == "noniid":
-    c.data.skew_scheme = "adpfl_uniform"
-  else:
-    c.data.skew_scheme = "constant"
-    c.data.skew = 0.0
-  c.model.name = model
-  c.client.batch_size = BATCH
-  c.client.local_steps = -(-int(c.data.samples_per_client) // BATCH)  # one local epoch
-  c.client.lr = LR
-  c.client.clip_mode = "per_example_l2"
-  c.server.clients_per_round = clients
-  c.server.client_chunk = 0  # all K at once: small here, and skips the memory probe's compiles
-  c.privacy.placement = "step"
-  c.privacy.formula = "noise_multiplier"
-  c.privacy.delta = DELTA
-  c.privacy.epsilon = 1.0  # unused by formula='noise_multiplier'; finite = noise on
-  c.schedule.k = K_DECAY
-  c.schedule.alpha = ALPHA
-  # The committed results score S_t on the held-out test set (the engine's evaluation);
-  # the engine's default, 'clients', scores the selected clients' data with noise.
-  c.schedule.validation = "server"
-  c.eval.every = 1
-  c.checkpoint.every = 0
-  c.progress = True
-  return c
-
-
-def has_clfl() -> bool:
-  """Whether this engine has CL-FL's server-side median clipping (``server.clip_rule``)."""
-  return "clip_rule" in config_lib.base_config().server
-
-
-def method_config(base, method: str, sigma: float = SIGMA0):
-  """``base`` (from :func:`paper_config`) run as ``method`` at paper noise ``sigma``.
-
-  Raises:
-    ConfigError: an unknown method, or ``clfl`` on an engine without server clipping.
-  """
-  sets = {
-      "nonprivate": ["privacy.placement=none", "client.clip_mode=none", "privacy.epsilon=inf",
-                     "server.selection=uniform", "schedule.name=constant"],
-      "dpfl": ["server.selection=uniform", "schedule.name=constant"],
-      "adpfl": ["server.selection=wasserstein_topk", "schedule.name=adpfl"],
-      "adpfl_sample": ["server.selection=wasserstein_sample", "schedule.name=adpfl"],
-      "topk_only": ["server.selection=wasserstein_topk", "schedule.name=constant"],
-      "sample_only": ["server.selection=wasserstein_sample", "schedule.name=constant"],
-      "decay_only": ["server.selection=uniform", "schedule.name=adpfl"],
-      "clfl": ["privacy.placement=central", "client.clip_mode=update_l2",
-               "server.clip_rule=median", "server.selection=uniform",
-               "schedule.name=constant"],
-  }
-  if method not in sets:
-    raise config_lib.ConfigError(f"method: unknown {method!r}; known: {sorted(sets)}")
-  if method == "clfl" and not has_clfl():
-    raise config_lib.ConfigError("method 'clfl' needs server.clip_rule (server-side median "
-                                 "clipping), which this engine lacks")
-  cfg = config_lib.override(base, sets[method])
-  cfg.name = f"{base.name}_{method}"
-  if cfg.privacy.placement != "none":
-    cfg.privacy.noise_multiplier = engine_multiplier(cfg, sigma)
-  return cfg
-
-
-# Andrew et al.'s count noise std is K/20 for large K; with K = 10 that (0.5) would have
-# to exceed the round's multiplier (plan.private_median_split): 5 leaves the sum ~99 %.
-COUNT_STD = 5.0
-
-
-def certified(cfg):
-  """``cfg`` with a certified CL-FL clip: the private median (Andrew et al. 2021,
-  ``server.clip_rule='private_median'``) instead of Geyer et al.'s exact median,
-  whose certified epsilon is inf. Other methods are returned unchanged."""
-  if cfg.privacy.placement == "central":
-    cfg.server.clip_rule = "private_median"
-    cfg.server.clip_count_std = COUNT_STD
-  return cfg
-
-
-def _plan(cfg):
-  counts = np.full(int(cfg.data.num_clients), float(cfg.data.samples_per_client))
-  return plan_lib.make_privacy_plan(cfg, counts)
-
-
-def engine_multiplier(cfg, sigma: float) -> float:
-  """The engine multiplier whose noise equals the paper's ``sigma`` (module docstring).
-
-  DP-SGD (``placement='step'``): the paper adds std ``sigma C`` to each step's sum;
-  the engine adds ``z Delta``, Delta the accountant's per-step sensitivity.
-  CL-FL (``'central'``): Geyer et al. add std ``sigma S`` to the sum of K clipped
-  updates, i.e. ``sigma S / K`` to their mean, whose sensitivity the plan states.
-  """
-  delta = float(_plan(cfg).sensitivity[0])
-  clip = float(cfg.client.clip)
-  if cfg.privacy.placement == "central":
-    return sigma * clip / int(cfg.server.clients_per_round) / delta
-  return sigma * clip / delta
-
-
-def paper_sigma(cfg, noise_mean: np.ndarray) -> np.ndarray:
-  """The paper's sigma_t from the engine's per-round noise std (``noise_mean``)."""
-  clip = float(cfg.client.clip)
-  if cfg.privacy.placement == "central":
-    return np.asarray(noise_mean) * int(cfg.server.clients_per_round) / clip
-  return np.asarray(noise_mean) / clip
-
-
-def epsilon_of(cfg, relative_sigma, multiplier: float | np.ndarray | None = None):
-  """Certified epsilon at ``cfg.privacy.delta`` of the client charged most when the
-  run's noise follows ``relative_sigma [T]`` (sigma_t / sigma_0) from the engine
-  multiplier ``multiplier`` (default ``cfg.privacy.noise_multiplier``); a
-  deterministic rule (top-K) charges a selected client every round.
-
-  ``multiplier`` may be an array ``[n]``; the result is then ``[n]``.
-  """
-  plan = _plan(cfg)
-  z0 = np.asarray(cfg.privacy.noise_multiplier if multiplier is None else multiplier,
-                  np.float64)
-  events = [plan.event(z0 * float(r)) for r in np.asarray(relative_sigma, np.float64)]
-  return accounting.epsilon(events, float(cfg.privacy.delta))
-
-
-def calibrate_multiplier(cfg, relative_sigma, target: float) -> float:
-  """Smallest engine multiplier whose noise pattern ``relative_sigma`` spends ``target``
-  (:func:`fedjax_dp.privacy.calibration.calibrate` over :func:`epsilon_of`'s events)."""
-  plan = _plan(cfg)
-  rel = np.asarray(relative_sigma, np.float64)
-  return float(calibration.calibrate(lambda x: [plan.event(x * r) for r in rel], target,
-                                     float(cfg.privacy.delta)))
+def paper_config(dataset: str = "mnist", partition: str = "noniid", **kwargs):
+  """:func:`fedjax_dp.papers.adpfl.paper_config` with this machine's data: MNIST from
+  ``FEDJAX_DP_MNIST`` (default ../shared/datasets/mnist), CIFAR-10 from
+  ``FEDJAX_DP_CIFAR10`` (none: the CIFAR rows are skipped with :data:`CIFAR_MESSAGE`)."""
+  if dataset == "cifar10" and not CIFAR_DIR:
+    raise SystemExit(CIFAR_MESSAGE)
+  data_dir = MNIST_DIR if dataset == "mnist" else CIFAR_DIR
+  return adpfl.paper_config(dataset, partition, data_dir=data_dir, **kwargs)
 
 
 def run_configs(cfgs: dict, name: str, *, keep: bool = True) -> pd.DataFrame:
-  """Runs ``{label: config}`` batched by compiled program (the machinery of
-  :func:`fedjax_dp.sweep.run_sweep`, for runs that differ in more than a grid);
-  rows with a ``run`` column. Results stay under ``RUNS/name/<label>``; runs
-  finished there before are read back, not run again. ``keep=False`` writes nothing."""
-  labels = list(cfgs)
-  dirs = {lab: RUNS / name / lab for lab in labels}
-  todo = [lab for lab in labels if not (keep and _finished(dirs[lab]))]
-  res = experiment.run_batched([cfgs[lab] for lab in todo],
-                               [dirs[lab] if keep else None for lab in todo])
-  rows = dict(zip(todo, [r.rows for r in res]))
-  frames = []
-  for lab in labels:
-    df = pd.DataFrame(rows[lab]) if lab in rows else pd.read_csv(dirs[lab] / "metrics.csv")
-    df.insert(0, "run", lab)
-    df["sigma"] = paper_sigma(cfgs[lab], df["noise_mean"].to_numpy(np.float64))
-    frames.append(df)
-  return pd.concat(frames, ignore_index=True)
-
-
-def _finished(run_dir: Path) -> bool:
-  """Whether a run directory holds a finished run (re-running a script resumes)."""
-  path = run_dir / "summary.json"
-  return path.exists() and json.loads(path.read_text()).get("status") != "interrupted"
+  """:func:`fedjax_dp.papers.adpfl.run_configs` under ``RUNS/name/<label>`` (runs
+  finished there before are read back); ``keep=False`` writes nothing."""
+  return adpfl.run_configs(cfgs, RUNS / name if keep else None)
 
 
 def _wei():
@@ -284,11 +79,6 @@ def _wei():
 
 
 mean_std = _wei().mean_std
-
-
-def final(df: pd.DataFrame) -> pd.DataFrame:
-  """The last round of every run."""
-  return df.groupby("run", sort=False).tail(1).reset_index(drop=True)
 
 
 def write(df: pd.DataFrame, name: str) -> Path:

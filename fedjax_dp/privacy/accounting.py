@@ -984,7 +984,7 @@ def _import_pld():
     from dp_accounting.pld import privacy_loss_distribution
   except ImportError as err:  # pragma: no cover - exercised only without the package
     raise ImportError("accountant='pld' needs the optional package dp-accounting "
-                      "(pip install dp-accounting)") from err
+                      "(pip install 'fedjax_dp[pld]')") from err
   return privacy_loss_distribution
 
 
