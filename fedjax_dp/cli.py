@@ -78,15 +78,14 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_plot(args) -> int:
+  from fedjax_dp.results import read_csv
+  runs = [_plot_rows(Path(run), read_csv) for run in args.runs]  # checked before plotting
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from fedjax_dp.results import read_csv
-
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-  for run in args.runs:
-    rows = _plot_rows(Path(run), read_csv)
+  for run, rows in zip(args.runs, runs):
     xs = [int(r["round"]) for r in rows]
     for ax, key in zip(axes, ("test_loss", "test_accuracy")):
       ax.plot(xs, [float(r[key]) for r in rows], label=Path(run).name)
