@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import numbers
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -123,7 +124,7 @@ def base_config() -> ConfigDict:
   # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
   c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
-  c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
+  c.privacy.client_epsilons = ()   # optional per-client epsilons, one per client
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
   # Gaussian upload noise: 'per_client' draws each upload's noise; 'aggregate' draws
   # the noise of the weighted sum once (same distribution of the model, K x fewer
@@ -516,8 +517,8 @@ def check_field(key: str, value: Any, rule: Rule) -> None:
   elif rule.kind == "bool":
     why = None if isinstance(value, bool) else "expected true or false"
   elif rule.kind == "dir":
-    why = None if value is None or (isinstance(value, str) and value) else (
-        "expected a directory path")
+    ok = value is None or isinstance(value, os.PathLike) or (isinstance(value, str) and value)
+    why = None if ok else "expected a directory path"
   elif not isinstance(value, str):
     why = "expected a string"
   elif rule.choices is not None and value not in (known := rule.choices()):
