@@ -229,11 +229,11 @@ def load_config(path: str | Path) -> ConfigDict:
   return from_dict(cfg, f"{path}: get_config()")
 
 
-def _coerce(key: str, value: Any, like: Any) -> Any:
+def _coerce(value: Any, like: Any) -> Any:
   """A JSON / dict value as the type of the base field ``like`` (lists -> tuples,
   'inf' -> float, 8 -> 8.0); anything else is left for :func:`validate` to judge."""
   if isinstance(like, tuple) and isinstance(value, list):
-    return tuple(_coerce(key, v, 0.0) if isinstance(v, str) else v for v in value)
+    return tuple(_coerce(v, 0.0) if isinstance(v, str) else v for v in value)
   if isinstance(like, float) and isinstance(value, str):
     try:
       return float(value)
@@ -271,7 +271,7 @@ def from_dict(blob: Any, source: str) -> ConfigDict:
       elif key in _STRING_PLACEHOLDERS:
         node[k] = v
       else:
-        node[k] = _coerce(key, v, node[k])
+        node[k] = _coerce(v, node[k])
 
   cfg = ml_collections.ConfigDict(cfg.to_dict(), type_safe=False)
   lay(cfg, blob, "")

@@ -754,3 +754,16 @@ def test_an_internal_error_keeps_its_traceback(error, tmp_path, monkeypatch):
   monkeypatch.setattr(experiment, "run", fail)
   with pytest.raises(type(error), match="internal"):
     cli.main(["run", QUICK, "--out", str(tmp_path / "out"), "--set", "rounds=1"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "experiments" / "configs")
+                                        .glob("*.py")))
+def test_a_runs_config_json_loads_as_the_same_config(name, tmp_path):
+  """``fedjax-dp run RUN/config.json`` re-runs RUN: the JSON (tuples as lists, inf as
+  "inf") reads back as the config that wrote it."""
+  cfg = config_lib.override(config_lib.load_config(ROOT / "experiments" / "configs" / name),
+                            ["privacy.epsilon=inf"])
+  (tmp_path / "config.json").write_text(json.dumps(results._jsonable(cfg.to_dict())))
+  again = config_lib.load_config(tmp_path / "config.json")
+  assert again.to_dict() == cfg.to_dict()
+  config_lib.validate(again)
