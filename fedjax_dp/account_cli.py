@@ -97,7 +97,8 @@ def _schedule(args) -> np.ndarray:
     raise UserError("--rounds is required with --sigma (a positive integer)")
   if not (args.sigma > 0 and math.isfinite(args.sigma)):
     raise UserError(f"--sigma must be a finite number > 0, got {args.sigma}")
-  z = args.sigma * args.ratio ** np.arange(args.rounds)
+  with np.errstate(over="ignore", under="ignore"):  # judged below, not warned about
+    z = args.sigma * args.ratio ** np.arange(args.rounds)
   if not (np.all(np.isfinite(z)) and np.all(z > 0)):
     raise UserError(f"--ratio {args.ratio:g}: sigma * ratio^t leaves the finite positive "
                     f"numbers within --rounds {args.rounds}")

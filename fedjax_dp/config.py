@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import numbers
+import os
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -129,7 +130,7 @@ def base_config() -> ConfigDict:
   # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
   c.privacy.formula = "calibrated"
   c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
-  c.privacy.client_epsilons = ()   # optional per-client epsilons, cycled over clients
+  c.privacy.client_epsilons = ()   # optional per-client epsilons, one per client
   c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
   # Gaussian upload noise: 'per_client' draws each upload's noise; 'aggregate' draws
   # the noise of the weighted sum once (same distribution of the model, K x fewer
@@ -261,11 +262,11 @@ def _load_file(path: Path) -> ConfigDict:
   return from_dict(cfg, f"{path}: get_config()")
 
 
-def _coerce(key: str, value: Any, like: Any) -> Any:
+def _coerce(value: Any, like: Any) -> Any:
   """A JSON / dict value as the type of the base field ``like`` (lists -> tuples,
   'inf' -> float, 8 -> 8.0); anything else is left for :func:`validate` to judge."""
   if isinstance(like, tuple) and isinstance(value, list):
-    return tuple(_coerce(key, v, 0.0) if isinstance(v, str) else v for v in value)
+    return tuple(_coerce(v, 0.0) if isinstance(v, str) else v for v in value)
   if isinstance(like, float) and isinstance(value, str):
     try:
       return float(value)
@@ -303,7 +304,7 @@ def from_dict(blob: Any, source: str) -> ConfigDict:
       elif key in _STRING_PLACEHOLDERS:
         node[k] = v
       else:
-        node[k] = _coerce(key, v, node[k])
+        node[k] = _coerce(v, node[k])
 
   cfg = ml_collections.ConfigDict(cfg.to_dict(), type_safe=False)
   lay(cfg, blob, "")
@@ -549,8 +550,8 @@ def check_field(key: str, value: Any, rule: Rule) -> None:
   elif rule.kind == "bool":
     why = None if isinstance(value, bool) else "expected true or false"
   elif rule.kind == "dir":
-    why = None if value is None or (isinstance(value, str) and value) else (
-        "expected a directory path")
+    ok = value is None or isinstance(value, os.PathLike) or (isinstance(value, str) and value)
+    why = None if ok else "expected a directory path"
   elif not isinstance(value, str):
     why = "expected a string"
   elif rule.choices is not None and value not in (known := rule.choices()):

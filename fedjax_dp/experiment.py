@@ -192,6 +192,10 @@ def _build(cfg, cache: dict | None) -> Setup:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   counts = np.asarray([len(c) for c in clients])
+  n_eps = len(cfg.privacy.client_epsilons)
+  if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
+    raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
+                                 f"partition has {u} clients (give one per client)")
   privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "

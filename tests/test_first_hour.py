@@ -703,7 +703,7 @@ def test_table_is_big_and_covers_every_subcommand():
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_invocation(case, tmp_path, monkeypatch, capsys, request):
+def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
   name, argv, setup, expected = case
   run = tmp_path / "run"
   if "{run}" in " ".join(argv):
@@ -734,6 +734,8 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, request):
     for needle in expected.needles:
       needle = _fill([needle], tmp_path, run)[0]
       assert needle in lines[0], (needle, lines[0])
+    ours = [str(w.message) for w in recwarn if "fedjax_dp" in w.filename]
+    assert not ours, f"{name}: warnings would add lines to stderr: {ours}"
     if not expected.loads and "{out}" in " ".join(argv) and setup is None:
       assert not (tmp_path / "out").exists(), f"{name}: wrote {tmp_path / 'out'} first"
   elif isinstance(expected, Reach):
@@ -741,3 +743,27 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, request):
   else:
     assert code == 0, (code, err_text)
     expected.check(tmp_path, out)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("internal"), ValueError("internal")])
+def test_an_internal_error_keeps_its_traceback(error, tmp_path, monkeypatch):
+  """Only UserError becomes one line; a bug (even a plain ValueError) is not hidden."""
+  def fail(*args, **kwargs):
+    raise error
+
+  monkeypatch.setattr(experiment, "run", fail)
+  with pytest.raises(type(error), match="internal"):
+    cli.main(["run", QUICK, "--out", str(tmp_path / "out"), "--set", "rounds=1"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "experiments" / "configs")
+                                        .glob("*.py")))
+def test_a_runs_config_json_loads_as_the_same_config(name, tmp_path):
+  """``fedjax-dp run RUN/config.json`` re-runs RUN: the JSON (tuples as lists, inf as
+  "inf") reads back as the config that wrote it."""
+  cfg = config_lib.override(config_lib.load_config(ROOT / "experiments" / "configs" / name),
+                            ["privacy.epsilon=inf"])
+  (tmp_path / "config.json").write_text(json.dumps(results._jsonable(cfg.to_dict())))
+  again = config_lib.load_config(tmp_path / "config.json")
+  assert again.to_dict() == cfg.to_dict()
+  config_lib.validate(again)

@@ -487,9 +487,9 @@ _HOW_TO_GET = {
 
 def _unavailable(name: str, reason: str) -> DatasetUnavailableError:
   return DatasetUnavailableError(
-      f"Cannot load data.name={name!r}: {_HOW_TO_GET[name]} ({_describe_files(name)}), or "
+      f"Cannot load data.name={name!r}: {_HOW_TO_GET[name]}: {_describe_files(name)}; or "
       f"pip install 'fedjax_dp[tfds]' on a machine with network access so that "
-      f"tensorflow-datasets downloads it [{reason}]. The embedded 'digits' needs neither.")
+      f"tensorflow-datasets downloads it ({reason}). The embedded 'digits' needs neither.")
 
 
 def _first_line(err: BaseException) -> str:
