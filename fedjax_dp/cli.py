@@ -95,9 +95,11 @@ def _cmd_sweep(args) -> int:
 def _cmd_plot(args) -> int:
   from fedjax_dp import outputs, plotting
 
-  # A directory gets plot.png inside; a name without a suffix gets .png.
-  out = outputs.check_file(args.out, "plot.png", ["png"])
-  plot = plotting.plot_dirs(args.runs, title=args.title or "")
+  # A directory gets plot.png inside; a name without an image suffix gets .png.
+  from matplotlib.backend_bases import FigureCanvasBase
+  formats = sorted(set(FigureCanvasBase.get_supported_filetypes()) - {"png"})
+  out = outputs.check_file(args.out, "plot.png", ["png", *formats])
+  plot = plotting.plot_dirs(args.runs, title=args.title or "", fmt=out.suffix[1:].lower())
   outputs.atomic_write(out, plot.png)
   print(f"wrote {out}: {plot.description}")
   return 0
@@ -253,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "loss (MSE for regressions), test accuracy, certified (solid) and claimed "
                      "(dashed) epsilon.")
   p.add_argument("runs", nargs="+", metavar="DIR", help="run or sweep directories")
-  p.add_argument("--out", required=True, help="the PNG file to write (an existing "
+  p.add_argument("--out", required=True, help="the image file to write, PNG unless its "
+                 "suffix names another format matplotlib writes (an existing "
                  "directory: DIR/plot.png; no suffix: .png is appended); the path written is "
                  "printed")
   p.add_argument("--title", default=None, help="first title line (default: the config names)")

@@ -55,6 +55,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedjax_dp.errors import UserError
+
 MANIFEST = ".fedjax_dp.json"
 RUN_KINDS = ("run", "sweep-point", "candidate")
 KINDS = RUN_KINDS + ("sweep",)
@@ -67,7 +69,7 @@ _CONFIG_SECTIONS = ("rounds", "seed", "data", "model", "privacy")
 _TEMP = re.compile(r"\.(.+)\.[0-9a-f]{16}")
 
 
-class OutputError(ValueError):
+class OutputError(UserError):
   """An output path that cannot or may not be written; one line naming it."""
 
 

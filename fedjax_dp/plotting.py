@@ -176,8 +176,15 @@ def style(i: int) -> dict[str, Any]:
 
 
 def _read_rows(path: Path) -> list[dict[str, str]]:
-  with open(path, newline="") as f:
-    return list(csv.DictReader(f))
+  """The rows of a run's metrics.csv; a file of another shape is a UserError naming it."""
+  try:
+    with open(path, newline="") as f:
+      rows = list(csv.DictReader(f))
+    for r in rows:
+      int(r["round"]), float(r["test_loss"] or "nan")
+  except (KeyError, ValueError, TypeError, UnicodeDecodeError, csv.Error) as e:
+    raise UserError(f"{path} is not a metrics.csv of a run ({type(e).__name__}: {e})") from None
+  return rows
 
 
 def _read_json(path: Path) -> Any:
@@ -359,10 +366,11 @@ def render(cs: Sequence[Curve], title: str = ""):
   return fig
 
 
-def png_bytes(fig) -> bytes:
-  """``fig`` as PNG bytes (legend outside the axes included)."""
+def png_bytes(fig, fmt: str = "png") -> bytes:
+  """``fig`` as PNG bytes, or another format matplotlib writes (``'svg'``, ``'pdf'``);
+  the legend outside the axes included."""
   buf = io.BytesIO()
-  fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+  fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight")
   return buf.getvalue()
 
 
@@ -387,13 +395,14 @@ def _source_title(path: Path) -> str:
 
 
 class Plot(NamedTuple):
-  """What ``fedjax-dp plot`` drew: the PNG and a one-line description."""
+  """What ``fedjax-dp plot`` drew: the image (PNG unless asked otherwise) and a
+  one-line description."""
 
   png: bytes
   description: str
 
 
-def plot_dirs(paths: Sequence[str | Path], title: str = "") -> Plot:
+def plot_dirs(paths: Sequence[str | Path], title: str = "", fmt: str = "png") -> Plot:
   """Plots run and sweep directories (the ``fedjax-dp plot`` command).
 
   Raises:
@@ -407,4 +416,4 @@ def plot_dirs(paths: Sequence[str | Path], title: str = "") -> Plot:
   desc = (f"{len(cs)} line{'s' * (len(cs) != 1)}"
           + (f" ({len(seeds)} of them means over seeds, with a min-max band)" if seeds else "")
           + "; panels: " + ", ".join(label for _, label in _panels(cs)))
-  return Plot(png_bytes(fig), desc)
+  return Plot(png_bytes(fig, fmt), desc)

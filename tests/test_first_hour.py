@@ -531,7 +531,7 @@ CASES: list[tuple[str, list[str], Callable | None, Err | Reach | Works]] = [
      err("config.json", "list")),
     # --- run: output directories and resuming (the rest: tests/test_output_paths.py)
     ("out-holds-other-config", RUN, other_run_in_out, err("privacy.epsilon", "2")),
-    ("out-unreadable-config", RUN, unreadable_run_config, err("config.json", "unreadable")),
+    ("out-unreadable-config", RUN, unreadable_run_config, err("config.json", "not written by fedjax-dp")),
     ("resume-corrupt-checkpoint", ["run", "{quick}", "--out", "{run}", "--no-progress",
                                    *_set("rounds=1")], corrupt_checkpoint,
      err("checkpoint.msgpack", "corrupt")),
@@ -625,12 +625,12 @@ CASES: list[tuple[str, list[str], Callable | None, Err | Reach | Works]] = [
      Reach()),
     # --- plot
     ("plot-missing-dir", ["plot", "{tmp}/nothing", "--out", "{tmp}/p.png"], None,
-     err("nothing", "metrics.csv")),
+     err("nothing", "no such directory")),
     ("plot-not-a-run", ["plot", "{tmp}", "--out", "{tmp}/p.png"], None,
-     err("metrics.csv", "not a run directory")),
+     err("metrics.csv", "neither a run directory")),
     ("plot-garbage-metrics", ["plot", "{tmp}/junk", "--out", "{tmp}/p.png"], metrics_garbage,
      err("junk", "metrics.csv")),
-    ("plot-no-runs", ["plot", "--out", "{tmp}/p.png"], None, err("runs")),
+    ("plot-no-runs", ["plot", "--out", "{tmp}/p.png"], None, err("DIR")),
     ("plot-a-run", ["plot", "{run}", "--out", "{tmp}/cmp.png"], None, Works(check_plot)),
     # --- runs that finish (kept tiny: one round)
     ("run-quickstart", RUN, None, Works(check_quickstart_run)),

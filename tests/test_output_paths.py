@@ -190,7 +190,7 @@ PATH_CASES = [
     Case("plot under a file", ["plot", P + "r", "--out", P + "afile/p.png"], 2,
          "afile is a file", plot_input),
     Case("plot of a non-run", ["plot", P + "pdir", "--out", P + "p.png"], 2,
-         "pdir has no metrics.csv", plot_input),
+         "pdir is neither a run directory", plot_input),
     # plot writes exactly the path it prints.
     Case("plot into a directory", ["plot", P + "r", "--out", P + "pdir"], 0,
          "wrote {tmp}/pdir/plot.png", plot_input, ("pdir/plot.png",)),
