@@ -23,10 +23,12 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
-  from fedjax_dp import config as config_lib
-  from fedjax_dp import experiment, outputs
+  from fedjax_dp import outputs
 
-  outputs.check_dir(args.out)
+  outputs.check_dir(args.out)  # before the engine is even imported
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   if args.no_progress:
     cfg.progress = False
@@ -53,10 +55,12 @@ def _cmd_run(args) -> int:
 def _cmd_sweep(args) -> int:
   import time
 
-  from fedjax_dp import config as config_lib
-  from fedjax_dp import outputs, sweep
+  from fedjax_dp import outputs
 
-  outputs.check_dir(args.out)
+  outputs.check_dir(args.out)  # before the engine is even imported
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import sweep
+
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   grid = sweep.parse_grid(args.grid)
   start = time.time()

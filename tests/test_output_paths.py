@@ -340,6 +340,9 @@ def test_overwrite_removes_exactly_the_listed_files(tmp_path, real_run):
   (run / "notes.txt").unlink()
   listed = json.loads((run / outputs.MANIFEST).read_text())["files"]
   assert set(listed) == {p.name for p in run.iterdir()} - {outputs.MANIFEST}
+  outputs.claim(run / "T=3", "candidate", parent=run)  # a project sub-directory
+  outputs.atomic_write(run / "T=3/metrics.csv", b"round\n", owned=True)
+  (run / "T=3/.metrics.csv.0123456789abcdef").write_bytes(b"")  # a write killed midway
   outputs.remove_owned(run)
   assert list(run.iterdir()) == []
 
@@ -409,6 +412,15 @@ def test_sweep_overwrite_and_resume(tmp_path, capsys):
   kept = (out / "points/000-seed=0/summary.json").stat().st_mtime_ns
   assert cli.main([*argv, "--grid", "seed=0,1"]) == 0  # finished points skipped
   assert (out / "points/000-seed=0/summary.json").stat().st_mtime_ns == kept
+  for m in out.rglob(outputs.MANIFEST):  # as an older version left it
+    m.unlink()
+  assert outputs.kind_of(out) is None  # notes.txt: not only a sweep's files
+  (out / "notes.txt").rename(tmp_path / "notes.txt")
+  assert outputs.kind_of(out) == "sweep"
+  assert cli.main([*argv, "--grid", "seed=0,1"]) == 0  # adopted, still skipped
+  assert (out / "points/000-seed=0/summary.json").stat().st_mtime_ns == kept
+  assert outputs.read_manifest(out / "points/001-seed=1")["kind"] == "sweep-point"
+  (tmp_path / "notes.txt").rename(out / "notes.txt")
   capsys.readouterr()
   assert cli.main([*argv, "--grid", "seed=2", "--overwrite"]) == 2  # notes.txt is foreign
   assert "notes.txt is not" in capsys.readouterr().err
