@@ -88,15 +88,20 @@ def empty_dir(tmp, real):
   (tmp / "d").mkdir()
 
 
-def fake_sweep(tmp, real, seeds=(0, 1)):
-  _manifest(tmp / "sw", "sweep", ["sweep.json"], [f"points/{i:03d}-seed={s}"
-                                                  for i, s in enumerate(seeds)])
+def fake_sweep(tmp, real, values=({"seed": 0}, {"seed": 1})):
+  names = [f"{i:03d}" + "".join(f"-{k.split('.')[-1]}={x}" for k, x in v.items())
+           for i, v in enumerate(values)]
+  _manifest(tmp / "sw", "sweep", ["sweep.json"], [f"points/{n}" for n in names])
   (tmp / "sw/sweep.json").write_text(json.dumps({
-      "config": _config(rounds=1), "grid": {"seed": [str(s) for s in seeds]}, "sets": [],
-      "points": [{"name": f"{i:03d}-seed={s}", "values": {"seed": s}}
-                 for i, s in enumerate(seeds)]}))
-  for i, s in enumerate(seeds):
-    _manifest(tmp / f"sw/points/{i:03d}-seed={s}", "sweep-point")
+      "config": _config(rounds=1), "grid": {k: sorted({str(v[k]) for v in values})
+                                            for k in values[0]}, "sets": [],
+      "points": [{"name": n, "values": v} for n, v in zip(names, values)]}))
+  for n in names:
+    _manifest(tmp / "sw/points" / n, "sweep-point")
+
+
+def fake_sweep2(tmp, real):
+  fake_sweep(tmp, real, [{"seed": 0, "client.lr": 0.5}])
 
 
 def fake_run(tmp, real, **sets):
@@ -243,6 +248,10 @@ PATH_CASES = [
     Case("sweep of another key", [*SWEEP, "--grid", "client.lr=0.1", "--out", P + "sw"], 2,
          "different grid (seed: [0, 1] -> (not in grid); client.lr: (not in grid) -> [0.1])",
          fake_sweep),
+    Case("sweep of another key order", [*SWEEP, "--grid", "client.lr=0.5", "--grid",
+                                         "seed=0", "--out", P + "sw"], 2,
+         "different grid (key order: ['seed', 'client.lr'] -> ['client.lr', 'seed'])",
+         fake_sweep2),
     Case("sweep of another config", [*SWEEP, "--grid", "seed=0,1", "--set", "client.lr=0.2",
                                      "--out", P + "sw"], 2,
          "holds a sweep of a different config (client.lr: 0.5 -> 0.2)", fake_sweep),
