@@ -24,10 +24,12 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
-  from fedjax_dp import config as config_lib
-  from fedjax_dp import experiment, outputs
+  from fedjax_dp import outputs
 
-  outputs.check_dir(args.out)
+  outputs.check_dir(args.out)  # before the engine is even imported
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   config_lib.validate(cfg)  # before the run directory is touched
   if args.no_progress:
@@ -59,10 +61,12 @@ def _cmd_run(args) -> int:
 def _cmd_sweep(args) -> int:
   import time
 
-  from fedjax_dp import config as config_lib
-  from fedjax_dp import outputs, sweep
+  from fedjax_dp import outputs
 
-  outputs.check_dir(args.out)
+  outputs.check_dir(args.out)  # before the engine is even imported
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import sweep
+
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   grid = sweep.parse_grid(args.grid)
   start = time.time()

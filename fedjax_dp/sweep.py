@@ -291,6 +291,8 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
   new = _grid_values(_as_json([{"values": p.values} for p in points]))
   diff = [f"{k}: {old.get(k, '(not in grid)')} -> {new.get(k, '(not in grid)')}"
           for k in [*old, *(k for k in new if k not in old)] if old.get(k) != new.get(k)]
+  if not diff and list(old) != list(new):  # the same values, other point names and order
+    diff = [f"key order: {list(old)} -> {list(new)}"]
   what = "grid"
   if not diff:
     what = "config"

@@ -88,15 +88,20 @@ def empty_dir(tmp, real):
   (tmp / "d").mkdir()
 
 
-def fake_sweep(tmp, real, seeds=(0, 1)):
-  _manifest(tmp / "sw", "sweep", ["sweep.json"], [f"points/{i:03d}-seed={s}"
-                                                  for i, s in enumerate(seeds)])
+def fake_sweep(tmp, real, values=({"seed": 0}, {"seed": 1})):
+  names = [f"{i:03d}" + "".join(f"-{k.split('.')[-1]}={x}" for k, x in v.items())
+           for i, v in enumerate(values)]
+  _manifest(tmp / "sw", "sweep", ["sweep.json"], [f"points/{n}" for n in names])
   (tmp / "sw/sweep.json").write_text(json.dumps({
-      "config": _config(rounds=1), "grid": {"seed": [str(s) for s in seeds]}, "sets": [],
-      "points": [{"name": f"{i:03d}-seed={s}", "values": {"seed": s}}
-                 for i, s in enumerate(seeds)]}))
-  for i, s in enumerate(seeds):
-    _manifest(tmp / f"sw/points/{i:03d}-seed={s}", "sweep-point")
+      "config": _config(rounds=1), "grid": {k: sorted({str(v[k]) for v in values})
+                                            for k in values[0]}, "sets": [],
+      "points": [{"name": n, "values": v} for n, v in zip(names, values)]}))
+  for n in names:
+    _manifest(tmp / "sw/points" / n, "sweep-point")
+
+
+def fake_sweep2(tmp, real):
+  fake_sweep(tmp, real, [{"seed": 0, "client.lr": 0.5}])
 
 
 def fake_run(tmp, real, **sets):
@@ -243,6 +248,10 @@ PATH_CASES = [
     Case("sweep of another key", [*SWEEP, "--grid", "client.lr=0.1", "--out", P + "sw"], 2,
          "different grid (seed: [0, 1] -> (not in grid); client.lr: (not in grid) -> [0.1])",
          fake_sweep),
+    Case("sweep of another key order", [*SWEEP, "--grid", "client.lr=0.5", "--grid",
+                                         "seed=0", "--out", P + "sw"], 2,
+         "different grid (key order: ['seed', 'client.lr'] -> ['client.lr', 'seed'])",
+         fake_sweep2),
     Case("sweep of another config", [*SWEEP, "--grid", "seed=0,1", "--set", "client.lr=0.2",
                                      "--out", P + "sw"], 2,
          "holds a sweep of a different config (client.lr: 0.5 -> 0.2)", fake_sweep),
@@ -340,6 +349,9 @@ def test_overwrite_removes_exactly_the_listed_files(tmp_path, real_run):
   (run / "notes.txt").unlink()
   listed = json.loads((run / outputs.MANIFEST).read_text())["files"]
   assert set(listed) == {p.name for p in run.iterdir()} - {outputs.MANIFEST}
+  outputs.claim(run / "T=3", "candidate", parent=run)  # a project sub-directory
+  outputs.atomic_write(run / "T=3/metrics.csv", b"round\n", owned=True)
+  (run / "T=3/.metrics.csv.0123456789abcdef").write_bytes(b"")  # a write killed midway
   outputs.remove_owned(run)
   assert list(run.iterdir()) == []
 
@@ -409,6 +421,15 @@ def test_sweep_overwrite_and_resume(tmp_path, capsys):
   kept = (out / "points/000-seed=0/summary.json").stat().st_mtime_ns
   assert cli.main([*argv, "--grid", "seed=0,1"]) == 0  # finished points skipped
   assert (out / "points/000-seed=0/summary.json").stat().st_mtime_ns == kept
+  for m in out.rglob(outputs.MANIFEST):  # as an older version left it
+    m.unlink()
+  assert outputs.kind_of(out) is None  # notes.txt: not only a sweep's files
+  (out / "notes.txt").rename(tmp_path / "notes.txt")
+  assert outputs.kind_of(out) == "sweep"
+  assert cli.main([*argv, "--grid", "seed=0,1"]) == 0  # adopted, still skipped
+  assert (out / "points/000-seed=0/summary.json").stat().st_mtime_ns == kept
+  assert outputs.read_manifest(out / "points/001-seed=1")["kind"] == "sweep-point"
+  (tmp_path / "notes.txt").rename(out / "notes.txt")
   capsys.readouterr()
   assert cli.main([*argv, "--grid", "seed=2", "--overwrite"]) == 2  # notes.txt is foreign
   assert "notes.txt is not" in capsys.readouterr().err
