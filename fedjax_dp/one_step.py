@@ -111,18 +111,21 @@ def block_sum(model: Model, cfg: client_lib.ClientConfig, params, x: jax.Array,
   denom = jnp.maximum(jnp.sum(mask, 1), 1.0)
   loss = jnp.sum(losses.reshape(b, n) * mask, 1) / denom
 
-  example_scale = jnp.ones((b, n))
   grad_norm = jnp.zeros((b,))
   shrink = lr * cfg.l2_reg  # the regulariser's step, applied to w itself
+  scale = jnp.broadcast_to((weights * lr / denom)[:, None], (b, n))
   if cfg.clip_mode in ("per_example_l2", "per_example_l1"):
+    # Overflow-safe clipping, finite for any input (clipping.ghost_clipped_grad).
     ord = 1 if cfg.clip_mode == "per_example_l1" else 2
-    norms = clipping.ghost_norms(layers, flat_params, ord).reshape(b, n)
-    example_scale = clipping.clip_factor(norms, hp.clip[:, None])
-    grad_norm = jnp.sum(norms * mask, 1) / denom
-  elif cfg.clip_mode == "update_l2":
+    grad, norms = clipping.ghost_clipped_grad(layers, flat_params, jnp.repeat(hp.clip, n),
+                                              ord, scale.reshape(b * n))
+    grad_norm = jnp.sum(norms.reshape(b, n) * mask, 1) / denom
+    return _finish(cfg, params, grad, keys, hp, weights, shrink), loss, grad_norm
+  if cfg.clip_mode == "update_l2":
+    # A record whose gradient is not finite (its forward pass overflowed) adds 0.
+    layers, _ = clipping.zero_non_finite_rows(layers)
     return _update_clipped_sum(cfg, params, layers, flat_params, mask, keys, hp, weights,
                                lr, loss, shrink)
-  scale = (weights * lr / denom)[:, None] * example_scale
   grad = clipping.ghost_weighted_grad(layers, flat_params, scale.reshape(b * n))
   return _finish(cfg, params, grad, keys, hp, weights, shrink), loss, grad_norm
 
@@ -186,7 +189,13 @@ def _update_clipped_sum(cfg, params, layers, flat_params, mask, keys, hp, weight
     if has_bias:
       sq = sq + jnp.sum(jnp.square(bias), -1)
     explicit[prefix] = (kernel, bias)
+  # An overflowing norm (inf, or nan from inf * 0 in a Gram product) gives a zero
+  # factor: the client's update is 0, a point of the ball. Zero the explicit
+  # gradients that overflowed too, so 0 * inf never makes a nan.
+  sq = jnp.where(jnp.isnan(sq), jnp.inf, sq)
   client_scale = clipping.clip_factor(lr * jnp.sqrt(sq) / denom, hp.clip)
+  explicit = {k: tuple(None if v is None else jnp.where(jnp.isfinite(v), v, 0.0) for v in kb)
+              for k, kb in explicit.items()}
   coef = weights * lr * client_scale / denom  # [B]
   grads = {}
   gram_layers = {p: ag for p, ag in layers.items() if p not in explicit}

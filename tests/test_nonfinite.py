@@ -119,3 +119,22 @@ def test_tabular_loader_refuses_non_finite(tmp_path):
     tabular.load_lending_club(str(tmp_path))
   with pytest.raises(ValueError, match=r"d\.csv: row 3 holds"):
     tabular.check_finite(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 1e39]]), "d.csv")
+
+
+@pytest.mark.parametrize("model_name,clip_mode", [("mlp_784_256_10", "per_example_l2"),
+                                                  ("logistic", "update_l2")])
+def test_fused_one_step_finite_with_a_record_of_3e38(model_name, clip_mode):
+  """The fused one-step round (engine default for one full-batch step) reads the
+  same clipping: two clients, one holding a record of 3e38, give a finite sum."""
+  from fedjax_dp import one_step
+  model = get_model(model_name, (8,), 3)
+  params = model.init(jax.random.PRNGKey(0))
+  x, y = _data(model, 3e38, n=6)
+  x, y = x.reshape((2, 3, 8)), y.reshape((2, 3))
+  cfg = client_lib.ClientConfig(1, 0, clip_mode, "upload")
+  hp = client_lib.ClientHParams(lr=jnp.full((2,), 0.5), clip=jnp.full((2,), CLIP),
+                                step_noise=jnp.zeros(2), upload_noise=jnp.full((2,), 0.1))
+  total, _, _ = jax.jit(lambda p: one_step.block_sum(
+      model, cfg, p, x, y, jnp.ones((2, 3)), jax.random.split(jax.random.PRNGKey(1), 2), hp,
+      jnp.full((2,), 0.5)))(params)
+  assert all(np.all(np.isfinite(np.asarray(v))) for v in jax.tree_util.tree_leaves(total))

@@ -264,19 +264,38 @@ def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
     ``(sum_i weights_i * clip(g_i), losses [n], norms [n])``.
   """
   layers, losses, flat_params = ghost_layers(model, params, x, y, weights)
-  # Every layer's a and g are divided per example by powers of two 2^e (exact), so
-  # the norm parts cannot overflow; the parts are recombined with their exponents,
-  # and each layer's clipped gradient is (a / 2^ea)^T (g / 2^eg) c 2^(ea + eg) with
-  # the factor c 2^e = min(2^e, C 2^(e - top) / root) finite. An example with a
-  # non-finite a or g (its forward pass overflowed) contributes 0, a point of the
-  # ball. ``g`` already carries ``weights`` (the gradient of the weighted sum), so
-  # padded examples have g = 0 and contribute nothing.
+  grad, norms = ghost_clipped_grad(layers, flat_params, clip, ord)
+  return grad, losses, norms
+
+
+def ghost_clipped_grad(layers, flat_params, clip, ord: int = 2, scale=None):
+  """``sum_i scale_i clip_C(grad_i)`` and the norms ``[n]`` from :func:`ghost_layers`'
+  output, finite with each clipped term of norm <= C for any finite a and g.
+
+  Every layer's a and g are divided per example by powers of two 2^e (exact), so the
+  norm parts cannot overflow; the parts are recombined with their exponents, and each
+  layer's clipped gradient is ``(a / 2^ea)^T (g / 2^eg) c 2^(ea + eg)`` with the factor
+  ``c 2^e = min(2^e, C 2^(e - top) / root)`` finite. An example with a non-finite a or
+  g (its forward pass overflowed) contributes 0, a point of the ball. ``g`` already
+  carries the loss weights, so padded examples (g = 0) contribute nothing.
+
+  Args:
+    layers: ``{path: (a, g)}`` from :func:`ghost_layers`.
+    flat_params: the flattened parameter dict.
+    clip: C, a scalar or ``[n]`` per example.
+    ord: 2 or 1.
+    scale: ``[n]`` per-example factors applied after clipping (default 1).
+
+  Returns:
+    ``(clipped_sum, norms [n])``; a norm is ``inf`` where it overflows or the
+    example's gradient is not finite.
+  """
   power = 1 if ord == 1 else 2
   parts, exps, scaled = [], [], {}
-  finite = jnp.ones(x.shape[0], bool)
+  finite = None
   for prefix, (a, g) in layers.items():
     (a_s, ea, fa), (g_s, eg, fg) = _row_scale(a), _row_scale(g)
-    finite = finite & fa & fg
+    finite = fa & fg if finite is None else finite & fa & fg
     scaled[prefix] = (a_s, g_s, ea + eg, eg)
     parts.append(layer_norm_parts(a_s, g_s, False, ord))
     exps.append(ea + eg)
@@ -288,14 +307,29 @@ def _ghost_clipped_sum(model: Model, params, x, y, weights, clip, ord):
   root = total if ord == 1 else jnp.sqrt(total)
   norms = jnp.where(finite, jnp.ldexp(root, top), jnp.inf)
   safe_root = jnp.where(root > 0, root, 1.0)
+  extra = 1.0 if scale is None else scale
 
   def factor(e):
     return jnp.where(finite, jnp.minimum(jnp.ldexp(jnp.ones_like(root), e),
-                                         jnp.ldexp(clip / safe_root, e - top)), 0.0)
+                                         jnp.ldexp(clip / safe_root, e - top)) * extra, 0.0)
 
   grad = ghost_weighted_grad({k: v[:2] for k, v in scaled.items()}, flat_params,
                              {k: (factor(v[2]), factor(v[3])) for k, v in scaled.items()})
-  return grad, losses, norms
+  return grad, norms
+
+
+def zero_non_finite_rows(layers):
+  """``(layers, finite [n])``: each example whose a or g (any layer) is not finite gets
+  zero rows in every layer, so it contributes 0 to any clipped sum."""
+  finite = None
+  for a, g in layers.values():
+    f = _row_scale(a)[2] & _row_scale(g)[2]
+    finite = f if finite is None else finite & f
+
+  def keep(v):
+    return jnp.where(finite.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0)
+
+  return {k: (keep(a), keep(g)) for k, (a, g) in layers.items()}, finite
 
 
 def _row_scale(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
