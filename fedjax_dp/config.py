@@ -223,8 +223,8 @@ def load_config(path: str | Path) -> ConfigDict:
                       f"shipped names: {', '.join(shipped)}")
   if not Path(path).is_file():
     if str(path) not in shipped:
-      raise ConfigError(f"config file not found: {path} is neither a file nor a shipped "
-                        f"config (shipped: {', '.join(shipped)})")
+      raise ConfigError(f"config file not found: {path}, nor a shipped config of that name "
+                        f"(shipped: {', '.join(shipped)})")
     with resources.as_file(resources.files(configs) / f"{path}.py") as file:
       return _load_file(file)
   path = Path(path)
