@@ -89,14 +89,7 @@ def _scalar(v: Any) -> Any:
 
 def comparable_config(config: dict[str, Any]) -> dict[str, Any]:
   """``config`` (a ``to_dict()``) as JSON types, without :data:`NON_RESULT_FIELDS`."""
-  out = json.loads(json.dumps(results._jsonable(config), sort_keys=True))
-  for field in NON_RESULT_FIELDS:
-    *parents, leaf = field.split(".")
-    node = out
-    for p in parents:
-      node = node.get(p, {})
-    node.pop(leaf, None)
-  return out
+  return results.json_without(config, NON_RESULT_FIELDS)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

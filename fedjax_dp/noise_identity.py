@@ -70,14 +70,7 @@ def _canonical(x: Any) -> Any:
 
 def _release_fields(config: dict[str, Any]) -> dict[str, Any]:
   """A config dict as canonical JSON values, without :data:`EXCLUDED_FIELDS`."""
-  out = json.loads(json.dumps(results._jsonable(config), sort_keys=True))
-  for field in EXCLUDED_FIELDS:
-    *parents, leaf = field.split(".")
-    node = out
-    for p in parents:
-      node = node.get(p, {})
-    node.pop(leaf, None)
-  return _canonical(out)
+  return _canonical(results.json_without(config, EXCLUDED_FIELDS))
 
 
 def identity(cfg) -> dict[str, Any]:

@@ -37,6 +37,19 @@ def _jsonable(x: Any) -> Any:
   return x
 
 
+def json_without(config: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+  """``config`` (nested dicts) as JSON types with sorted keys, without the dotted
+  ``fields`` (``'server.client_chunk'``); a field that is not there is ignored."""
+  out = json.loads(json.dumps(_jsonable(config), sort_keys=True))
+  for field in fields:
+    *parents, leaf = field.split(".")
+    node = out
+    for p in parents:
+      node = node.get(p, {})
+    node.pop(leaf, None)
+  return out
+
+
 def write_json(path: str | os.PathLike, obj: Any, *, owned: bool = False) -> None:
   """Writes ``obj`` as indented JSON, atomically (``owned``: see
   :func:`fedjax_dp.outputs.atomic_write`)."""
