@@ -117,7 +117,10 @@ class AuditOptions:
     noise_scale: run the mechanism with this noise scale (std, or Laplace b) instead
       of the plan's (every client for upload/step, the server's for central).
     claimed_sensitivity: certify with this sensitivity instead of the plan's.
-    canary_scale: factor on the canary inputs, so their gradients reach the clip.
+    canary_scale: factor on the canary inputs, so their gradients reach the clip; None:
+      100, or 1e4 for one example of a ``param_l2``/``update_l2`` client, whose
+      sensitivity 2 C is not divided by the client's example count, so the canary must
+      dominate the client's update to reach it (and to exceed it without clipping).
     target: the client holding the canary; None: client 0, or under a deterministic
       rule the first client the run selects in round 1 (top-K may never select 0).
     sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
@@ -149,7 +152,7 @@ class AuditOptions:
   variant: str = "none"
   noise_scale: float | None = None
   claimed_sensitivity: float | None = None
-  canary_scale: float = 100.0
+  canary_scale: float | None = None
   target: int | None = None
   sparse_canary: bool | None = None
   lanes_per_call: int = 0
@@ -169,7 +172,7 @@ class AuditOptions:
       raise ValueError(f"audit.noise_scale must be >= 0, got {self.noise_scale}")
     if self.claimed_sensitivity is not None and not float(self.claimed_sensitivity) > 0:
       raise ValueError(f"audit.claimed_sensitivity must be > 0, got {self.claimed_sensitivity}")
-    if not float(self.canary_scale) > 0:
+    if self.canary_scale is not None and not float(self.canary_scale) > 0:
       raise ValueError(f"audit.canary_scale must be > 0, got {self.canary_scale}")
     if int(self.lanes_per_call) < 0:
       raise ValueError(f"audit.lanes_per_call must be >= 0, got {self.lanes_per_call}")
@@ -459,8 +462,12 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
     # ball's vertices), so L1 clip modes get the sparse canary whatever the noise.
     sparse = plan.mechanism == "laplace" or plan.poisson_steps or \
         setup.round_cfg.client.clip_mode in ("per_example_l1", "step_grad_l1")
+  scale = options.canary_scale
+  if scale is None:
+    scale = 1e4 if level == "example" and setup.round_cfg.client.clip_mode in (
+        "param_l2", "update_l2") else 100.0
   pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
-                     options.canary_scale, sparse=bool(sparse), relation=relation)
+                     float(scale), sparse=bool(sparse), relation=relation)
   if params is None or setup.model.is_regression:
     return pair
   rows = 1 if level == "example" else int(setup.data.counts[options.target])
