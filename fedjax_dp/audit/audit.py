@@ -122,7 +122,8 @@ class AuditOptions:
       sensitivity 2 C is not divided by the client's example count, so the canary must
       dominate the client's update to reach it (and to exceed it without clipping).
     target: the client holding the canary; None: client 0, or under a deterministic
-      rule the first client the run selects in round 1 (top-K may never select 0).
+      rule (without ``cohort``) the first client the run selects in round 1 (top-K
+      may never select 0).
     sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
       the pair's gradient difference is concentrated in few coordinates; the default
       for the Laplace mechanism, whose test needs that concentration, and for Poisson
@@ -184,8 +185,7 @@ class AuditOptions:
         raise ValueError("audit.aggregation needs audit.noise_scale and "
                          "audit.claimed_sensitivity: the plan certifies the config's "
                          "aggregation, not this one")
-    if self.cohort is not None and self.target is not None \
-        and int(self.target) not in tuple(self.cohort):
+    if self.cohort is not None and int(self.target or 0) not in tuple(self.cohort):
       raise ValueError(f"audit.cohort {tuple(self.cohort)} must include audit.target "
                        f"{self.target}")
 
@@ -731,7 +731,7 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     # A deterministic rule may never select a given client (top-K): the canary goes to
     # the first client the run selects in round 1; any client under a random rule.
     first = int(np.asarray(plan.args.idx)[np.asarray(plan.args.sel_mask) > 0][0]) \
-        if privacy.rule.deterministic else 0
+        if privacy.rule.deterministic and options.cohort is None else 0
     options = dataclasses.replace(options, target=first)
     options.validate()
   if claimed:
