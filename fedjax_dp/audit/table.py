@@ -86,6 +86,11 @@ def _git_commit() -> str:
     return "unknown"
 
 
+# The commit whose code this process runs (read once: a later commit must not relabel
+# rows that this code produced).
+_CODE_COMMIT = [""]
+
+
 def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: int,
                     certify_run: bool = True) -> list[dict]:
   """The rows of one mechanism: each variant, escalated until caught (broken ones)."""
@@ -112,7 +117,7 @@ def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: i
                  "caught": "" if variant == "none" else ("yes" if caught else "no"),
                  "trials": n, "seconds": round(seconds, 1), "relation": r.relation,
                  "level": r.level, "settings": json.dumps(sets, sort_keys=True),
-                 "git_commit": _git_commit()[:12]})
+                 "git_commit": _CODE_COMMIT[0][:12]})
     print(f"{rows[-1]['mechanism']:75s} {variant:12s} lower {r.epsilon_lower:7.3f} "
           f"certified {certified:7.3f} {rows[-1]['caught']:3s} n={n} {seconds:5.1f}s",
           flush=True)
@@ -156,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.merge:
     return merge(out, args.merge)
   index, count = (int(v) for v in args.shard.split("/"))
+  _CODE_COMMIT[0] = _git_commit()
   base = config_lib.override(config_lib.load_config(args.config), [*BASE_SETS, *args.set])
   all_mechanisms = list(mechanisms_lib.enumerate_mechanisms(base))
   chosen = mechanisms_lib.covering(all_mechanisms, CORE)
