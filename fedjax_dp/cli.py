@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -160,7 +161,8 @@ def _cmd_audit(args) -> int:
       noise_scale=None if args.noise_scale is None else _number(
           float, "audit.noise_scale", args.noise_scale),
       claimed_sensitivity=None if args.claimed_sensitivity is None else _number(
-          float, "audit.claimed_sensitivity", args.claimed_sensitivity))
+          float, "audit.claimed_sensitivity", args.claimed_sensitivity),
+      certify_run=not args.no_run_certificate)
   try:
     opts.validate()
   except ValueError as e:  # AuditOptions.validate names the option
@@ -183,8 +185,10 @@ def _cmd_audit(args) -> int:
   print(f"  empirical lower bound  epsilon >= {r.epsilon_lower:.3f}  (Clopper-Pearson, "
         f"confidence {1 - r.significance:.0%}; one-run {r.epsilon_one_run:.3f}; Gaussian-DP "
         f"estimate {r.epsilon_gdp:.3f})")
-  print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (this round; "
-        f"{r.epsilon_certified_run:.3f} for the run's {r.rounds} rounds)")
+  run_eps = ("not computed (--no-run-certificate)" if math.isnan(r.epsilon_certified_run)
+             else f"{r.epsilon_certified_run:.3f}")
+  print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (this round, the "
+        f"run's own accountant; {run_eps} for the run's {r.rounds} rounds)")
   print(f"  ratio lower / upper    {r.ratio:.3f}"
         + ("  -- ABOVE 1: the certificate does not hold" if r.ratio > 1 else ""))
   if out is not None:
@@ -249,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--noise-scale", default=None, help="run with this noise scale instead")
   p.add_argument("--claimed-sensitivity", default=None,
                  help="certify with this sensitivity instead of the plan's")
+  p.add_argument("--no-run-certificate", action="store_true",
+                 help="do not run the configured run for its whole-run certificate")
   p.add_argument("--out", default=None, help="write the result as JSON to this file (an "
                  "existing directory: DIR/audit.json)")
   p.set_defaults(func=_cmd_audit)

@@ -138,7 +138,7 @@ def test_cli_audit_prints_and_writes(tmp_path, capsys):
   from _helpers import QUICKSTART
   out = tmp_path / "audit.json"
   assert cli.main(["audit", str(QUICKSTART), "--set", "model.name=logistic", "--trials",
-                   str(TRIALS),
+                   str(TRIALS), "--no-run-certificate",
                    "--out", str(out)]) == 0
   text = capsys.readouterr().out
   assert "empirical lower bound" in text and "certified upper bound" in text and "ratio" in text
@@ -180,7 +180,7 @@ POISSON_FIXED = {**CENTRAL, "server.selection": "poisson", "server.q": 0.5,
 def test_reworked_accounting_is_audited(sets, broken):
   # Round robin is accounted per client from the realised cohorts (the audited round as
   # for a client that takes part); Poisson + central noise needs 'fixed' aggregation.
-  ok = _audit(sets)
+  ok = _audit(sets, certify_run=True)
   assert 0 < ok.epsilon_certified < ok.epsilon_certified_run
   assert ok.epsilon_lower <= ok.epsilon_certified, ok
   bad = _audit(sets, variant=broken)
@@ -220,8 +220,9 @@ def test_sparse_canary_concentrates_the_gradient_difference():
   params = setup.model.init(jax.random.PRNGKey(0))
   clean = _clean_fn(setup.model, setup.round_cfg.client)
   lr, clip = np.full(1, 0.5, np.float32), np.float32(1.0)
-  diff = np.asarray(clean(params, pair, 1, jnp.int32(0), lr, clip)
-                    - clean(params, pair, 0, jnp.int32(0), lr, clip))
+  count = jnp.float32(pair.counts[0, 0])
+  diff = np.asarray(clean(params, pair, 1, jnp.int32(0), lr, clip, count)
+                    - clean(params, pair, 0, jnp.int32(0), lr, clip, count))
   mass = np.sort(np.abs(diff))[::-1]
   assert mass[:10].sum() > 0.95 * mass.sum() > 0, mass[:14]
 
@@ -245,7 +246,7 @@ ADPFL_CLIENTS = {"schedule.name": "adpfl", "schedule.validation": "clients"}
     ids=["poisson_minibatch-uniform", "poisson_minibatch-all", "private_median",
          "wasserstein_topk", "wasserstein_sample"])
 def test_audit_runs_on_the_mechanisms_it_crashed_on(sets):
-  r = audit(small_config(FAST, **sets), AuditOptions(trials=100, certify_run=False))
+  r = audit(small_config(FAST, **sets), AuditOptions(trials=100))
   assert 0 < r.epsilon_certified < np.inf
   assert r.epsilon_lower <= r.epsilon_certified, r
 
@@ -262,7 +263,7 @@ def test_certificate_is_the_runs_own(sets):
   from fedjax_dp import experiment
   cfg = small_config(FAST, **{"rounds": 3, "progress": False, "checkpoint.every": 0, **sets})
   run = experiment.run(cfg)
-  r = audit(cfg, AuditOptions(trials=20))
+  r = audit(cfg, AuditOptions(trials=20, certify_run=True))
   assert r.epsilon_certified == pytest.approx(run.rows[0]["epsilon_certified"], rel=1e-12)
   assert r.epsilon_certified_run == pytest.approx(run.summary["epsilon_certified"], rel=1e-12)
 
@@ -275,8 +276,10 @@ def test_every_accepted_mechanism_is_enumerated_from_the_registries(monkeypatch)
   chosen = mechanisms.covering(found, table.CORE)
   for axis, values in mechanisms.axes().items():
     for value in values:
-      if mechanisms.excluded(axis, value) is None:
+      if mechanisms.excluded(axis, value) is None and value != "none":
         assert any(m[axis] == value for m in chosen), (axis, value)
+  # Noise needs clipping: clip_mode 'none' is refused with every placement that adds it.
+  assert not any(m["client.clip_mode"] == "none" for m in found)
   # Every accepted combination of the core axes is audited once.
   core = {tuple(m[a] for a in table.CORE) for m in found}
   assert core == {tuple(m[a] for a in table.CORE) for m in chosen}
@@ -296,7 +299,7 @@ L1_GEOMETRY = {"data.name": "lending_club", "model.name": "linear_regression",
     ({**POISSON_MB, "server.clients_per_round": 5}, "noise_div10", 2000),
     ({**ADPFL_CLIENTS, "server.clients_per_round": 5}, "noise_div10", 1000),
     ({**LAPLACE, "client.clip_mode": "step_grad_l1"}, "noise_div10", TRIALS),
-    (L1_GEOMETRY, "noise_div10", 1000), (L1_GEOMETRY, "no_clip", TRIALS)],
+    (L1_GEOMETRY, "noise_div10", 4000), (L1_GEOMETRY, "no_clip", TRIALS)],
     ids=["poisson_minibatch", "validation_clients", "laplace-step_grad_l1",
          "laplace-update_l2-noise_div10", "laplace-update_l2-no_clip"])
 def test_broken_variants_are_caught_by_the_mechanisms_canary(sets, variant, trials):
@@ -306,7 +309,7 @@ def test_broken_variants_are_caught_by_the_mechanisms_canary(sets, variant, tria
   # correctly in and wrongly out, attacked through the released score. Laplace: one
   # coordinate carries the pair's whole L1 difference.
   cfg = small_config(FAST, **sets)
-  ok = audit(cfg, AuditOptions(trials=trials, certify_run=False))
+  ok = audit(cfg, AuditOptions(trials=trials))
   assert ok.epsilon_lower <= ok.epsilon_certified, ok
-  bad = audit(cfg, AuditOptions(trials=trials, variant=variant, certify_run=False))
+  bad = audit(cfg, AuditOptions(trials=trials, variant=variant))
   assert bad.epsilon_lower > bad.epsilon_certified, bad

@@ -117,8 +117,13 @@ class AuditOptions:
     noise_scale: run the mechanism with this noise scale (std, or Laplace b) instead
       of the plan's (every client for upload/step, the server's for central).
     claimed_sensitivity: certify with this sensitivity instead of the plan's.
-    canary_scale: factor on the canary inputs, so their gradients reach the clip.
-    target: the client holding the canary.
+    canary_scale: factor on the canary inputs, so their gradients reach the clip; None:
+      100, or 1e4 for one example of a ``param_l2``/``update_l2`` client, whose
+      sensitivity 2 C is not divided by the client's example count, so the canary must
+      dominate the client's update to reach it (and to exceed it without clipping).
+    target: the client holding the canary; None: client 0, or under a deterministic
+      rule (without ``cohort``) the first client the run selects in round 1 (top-K
+      may never select 0).
     sparse_canary: canary inputs on one feature (:func:`canary_pair` ``sparse``), so
       the pair's gradient difference is concentrated in few coordinates; the default
       for the Laplace mechanism, whose test needs that concentration, and for Poisson
@@ -136,9 +141,10 @@ class AuditOptions:
       sensitivity claim for one cohort the rule can draw (a claim the plan makes
       for every cohort).
     certify_run: also run the configured run (its own training and accountant, no
-      files written) to report the certificate of the whole run from its summary;
-      ``False`` leaves ``epsilon_certified_run`` NaN (the per-round certificate, the
-      run's own first round, needs no training).
+      files written) to report the certificate of the whole run from its summary
+      (``fedjax-dp audit`` does unless ``--no-run-certificate``); ``False`` leaves
+      ``epsilon_certified_run`` NaN (the per-round certificate, the run's own first
+      round, needs no training).
   """
 
   trials: int = 1000
@@ -147,13 +153,13 @@ class AuditOptions:
   variant: str = "none"
   noise_scale: float | None = None
   claimed_sensitivity: float | None = None
-  canary_scale: float = 100.0
-  target: int = 0
+  canary_scale: float | None = None
+  target: int | None = None
   sparse_canary: bool | None = None
   lanes_per_call: int = 0
   aggregation: str | None = None
   cohort: tuple[int, ...] | None = None
-  certify_run: bool = True
+  certify_run: bool = False
 
   def validate(self) -> None:
     """Raises ValueError naming the bad option."""
@@ -167,7 +173,7 @@ class AuditOptions:
       raise ValueError(f"audit.noise_scale must be >= 0, got {self.noise_scale}")
     if self.claimed_sensitivity is not None and not float(self.claimed_sensitivity) > 0:
       raise ValueError(f"audit.claimed_sensitivity must be > 0, got {self.claimed_sensitivity}")
-    if not float(self.canary_scale) > 0:
+    if self.canary_scale is not None and not float(self.canary_scale) > 0:
       raise ValueError(f"audit.canary_scale must be > 0, got {self.canary_scale}")
     if int(self.lanes_per_call) < 0:
       raise ValueError(f"audit.lanes_per_call must be >= 0, got {self.lanes_per_call}")
@@ -179,7 +185,7 @@ class AuditOptions:
         raise ValueError("audit.aggregation needs audit.noise_scale and "
                          "audit.claimed_sensitivity: the plan certifies the config's "
                          "aggregation, not this one")
-    if self.cohort is not None and int(self.target) not in tuple(self.cohort):
+    if self.cohort is not None and int(self.target or 0) not in tuple(self.cohort):
       raise ValueError(f"audit.cohort {tuple(self.cohort)} must include audit.target "
                        f"{self.target}")
 
@@ -452,9 +458,16 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   plan = setup.privacy
   sparse = options.sparse_canary
   if sparse is None:
-    sparse = plan.mechanism == "laplace" or plan.poisson_steps
+    # L1 clipping bounds the L2 norm by C only for a gradient on one axis (the L1
+    # ball's vertices), so L1 clip modes get the sparse canary whatever the noise.
+    sparse = plan.mechanism == "laplace" or plan.poisson_steps or \
+        setup.round_cfg.client.clip_mode in ("per_example_l1", "step_grad_l1")
+  scale = options.canary_scale
+  if scale is None:
+    scale = 1e4 if level == "example" and setup.round_cfg.client.clip_mode in (
+        "param_l2", "update_l2") else 100.0
   pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
-                     options.canary_scale, sparse=bool(sparse), relation=relation)
+                     float(scale), sparse=bool(sparse), relation=relation)
   if params is None or setup.model.is_regression:
     return pair
   rows = 1 if level == "example" else int(setup.data.counts[options.target])
@@ -618,7 +631,7 @@ def _check(cfg, setup, options: AuditOptions) -> np.ndarray | None:
   if plan.uncertifiable:
     raise ValueError("server.clip_rule='median' has certified epsilon inf (no sensitivity "
                      "bound): there is no certificate to audit")
-  if not 0 <= options.target < u:
+  if options.target is not None and not 0 <= options.target < u:
     raise ValueError(f"audit.target must be in [0, {u}), got {options.target}")
   central = plan.placement == "central"
   for name in ("aggregation", "cohort"):
@@ -706,11 +719,21 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   fixed_ids = _check(cfg, setup, options)
   privacy = setup.privacy
   central = privacy.placement == "central"
-  level = "example" if cfg.client.clip_mode in ("per_example_l2", "per_example_l1") else "client"
+  # The canary changes what the plan's adjacency changes: one example, or (central
+  # placement, step_grad_*) one client's data.
+  level = "client" if privacy.placement == "central" or privacy.level == "client" \
+      else "example"
   relation = "add_remove" if privacy.poisson_steps else "replace_one"
   claimed = any(getattr(options, f) is not None
                 for f in ("noise_scale", "claimed_sensitivity", "cohort"))
   plan = _run_plan(cfg, setup, options.certify_run and not claimed)
+  if options.target is None:
+    # A deterministic rule may never select a given client (top-K): the canary goes to
+    # the first client the run selects in round 1; any client under a random rule.
+    first = int(np.asarray(plan.args.idx)[np.asarray(plan.args.sel_mask) > 0][0]) \
+        if privacy.rule.deterministic and options.cohort is None else 0
+    options = dataclasses.replace(options, target=first)
+    options.validate()
   if claimed:
     plan = _claimed_plan(cfg, setup, options, plan)
   if params is None:

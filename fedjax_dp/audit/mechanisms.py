@@ -76,10 +76,31 @@ def settings(mechanism: dict[str, str]) -> dict[str, Any]:
   return out
 
 
-def accepted(base, mechanism: dict[str, str], num_params: int = 650) -> bool:
+def _set(cfg, key: str, value: Any) -> None:
+  *parents, leaf = key.split(".")
+  node = cfg
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+
+
+def _get(cfg, key: str) -> Any:
+  node = cfg
+  for p in key.split("."):
+    node = node[p]
+  return node
+
+
+def accepted(base, mechanism: dict[str, str], num_params: int = 650, *,
+             work=None) -> bool:
   """Whether the run's validation accepts ``mechanism`` on top of the config ``base``
-  (no data is loaded: the plan is built for equal clients of the base's size)."""
-  cfg = config_lib.override(base, [f"{k}={v}" for k, v in settings(mechanism).items()])
+  (no data is loaded: the plan is built for equal clients of the base's size).
+  ``work``: a scratch copy of ``base`` to set the fields on (saves a copy per call)."""
+  cfg = config_lib.override(base, []) if work is None else work
+  keys = {k for k in axes()} | {k for sets in COMPANIONS.values() for k in sets}
+  wanted = settings(mechanism)
+  for k in keys:
+    _set(cfg, k, wanted.get(k, _get(base, k)))
   counts = np.full(int(cfg.data.num_clients), int(cfg.data.samples_per_client))
   try:
     config_lib.validate(cfg)
@@ -95,9 +116,10 @@ def enumerate_mechanisms(base) -> Iterator[dict[str, str]]:
   registries' order, without the :func:`excluded` values."""
   table = axes()
   values = [[v for v in vals if excluded(axis, v) is None] for axis, vals in table.items()]
+  work = config_lib.override(base, [])
   for combo in itertools.product(*values):
     mechanism = dict(zip(table, combo))
-    if accepted(base, mechanism):
+    if accepted(base, mechanism, work=work):
       yield mechanism
 
 

@@ -60,12 +60,14 @@ def audit_sets(m: dict[str, str]) -> dict[str, object]:
                                                                        "update_l2"):
     return dict(L1_GEOMETRY_SETS)
   return {}
+
+
 CORE = ("client.clip_mode", "privacy.placement", "privacy.mechanism", "client.minibatch",
         "server.clip_rule", "schedule.validation")
 VARIANTS = ("none", "noise_div10", "no_clip")
 COLUMNS = ("mechanism", "variant", "epsilon_lower", "epsilon_gdp", "epsilon_certified",
            "epsilon_certified_run", "caught", "trials", "seconds", "relation", "level",
-           "settings")
+           "settings", "git_commit")
 SHORT = {"client.clip_mode": "", "privacy.placement": "", "privacy.mechanism": "",
          "client.minibatch": "mb=", "server.selection": "sel=", "server.clip_rule": "S=",
          "schedule.validation": "val="}
@@ -82,6 +84,11 @@ def _git_commit() -> str:
                           text=True, check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
+
+
+# The commit whose code this process runs (read once: a later commit must not relabel
+# rows that this code produced).
+_CODE_COMMIT = [""]
 
 
 def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: int,
@@ -109,7 +116,8 @@ def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: i
                  "epsilon_certified_run": round(r.epsilon_certified_run, 4),
                  "caught": "" if variant == "none" else ("yes" if caught else "no"),
                  "trials": n, "seconds": round(seconds, 1), "relation": r.relation,
-                 "level": r.level, "settings": json.dumps(sets, sort_keys=True)})
+                 "level": r.level, "settings": json.dumps(sets, sort_keys=True),
+                 "git_commit": _CODE_COMMIT[0][:12]})
     print(f"{rows[-1]['mechanism']:75s} {variant:12s} lower {r.epsilon_lower:7.3f} "
           f"certified {certified:7.3f} {rows[-1]['caught']:3s} n={n} {seconds:5.1f}s",
           flush=True)
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--no-run-certificate", action="store_true",
                  help="skip running each mechanism's run for its whole-run certificate")
-  p.add_argument("--only", default="", help="audit the mechanisms whose name contains this")
+  p.add_argument("--only", default="", help="audit the mechanisms whose name contains one of these (comma separated)")
   p.add_argument("--shard", default="0/1", metavar="I/N",
                  help="audit every N-th mechanism from the I-th (the files get a suffix)")
   p.add_argument("--merge", type=int, default=0, metavar="N",
@@ -153,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
   if args.merge:
     return merge(out, args.merge)
   index, count = (int(v) for v in args.shard.split("/"))
+  _CODE_COMMIT[0] = _git_commit()
   base = config_lib.override(config_lib.load_config(args.config), [*BASE_SETS, *args.set])
   all_mechanisms = list(mechanisms_lib.enumerate_mechanisms(base))
   chosen = mechanisms_lib.covering(all_mechanisms, CORE)
-  chosen = [m for m in chosen if args.only in mechanism_name(m)][index::count]
+  only = args.only.split(",")
+  chosen = [m for m in chosen if any(o in mechanism_name(m) for o in only)][index::count]
   print(f"{len(all_mechanisms)} accepted mechanisms; auditing {len(chosen)} (every "
         f"combination of {', '.join(CORE)}, then each selection rule; shard {args.shard})",
         flush=True)
