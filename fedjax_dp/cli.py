@@ -98,10 +98,10 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-  from fedjax_dp import outputs, plotting
-
   # A directory gets plot.png inside; a name without an image suffix gets .png.
   from matplotlib.backend_bases import FigureCanvasBase
+
+  from fedjax_dp import outputs, plotting
   formats = sorted(set(FigureCanvasBase.get_supported_filetypes()) - {"png"})
   out = outputs.check_file(args.out, "plot.png", ["png", *formats])
   plot = plotting.plot_dirs(args.runs, title=args.title or "", fmt=out.suffix[1:].lower())
