@@ -466,7 +466,7 @@ FIELD_RULES: dict[str, Rule] = {
     "client.clip": _POSITIVE,
     "client.l2_reg": Rule("float", 0.0),
     "client.chunk_size": Rule("int", 1, _I32),
-    "server.selection": Rule("str", choices=_registry("fedjax_dp.selection", "SELECTIONS")),
+    "server.selection": Rule("str", choices=_registry("fedjax_dp.selection", "RULES")),
     "server.wasserstein_metric": Rule("str", choices=_fixed("zero_one", "ordinal")),
     "server.clients_per_round": Rule("int", 0, _I32),
     "server.q": _UNIT,

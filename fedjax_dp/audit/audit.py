@@ -535,7 +535,8 @@ def _lane_args(setup, plan: _Plan, lanes: _Lanes, idx: np.ndarray, fixed_ids,
              ).astype(np.float32),
       central_noise=full(0.0 if client_slots else lanes.central_noise),
       server_lr=full(float(a0.server_lr)), round=full(0, np.int32),
-      seed=lanes.seeds[idx], data_id=lanes.bits[idx], stream=full(int(a0.stream), np.int32),
+      seed=lanes.seeds[idx], data_id=lanes.bits[idx], stream=np.broadcast_to(np.asarray(a0.stream, np.uint32),
+                                                         (step,) + np.shape(a0.stream)),
       count_noise=full(lanes.count_noise))
 
 
@@ -602,7 +603,7 @@ def _client_scores(setup, params, pair, plan: _Plan, lanes: _Lanes, ids, directi
   out = []
   for idx, kept in _chunks(lanes.seeds.size, step):
     scores = fn(params, pair, lr, np.float32(lanes.clip), noise, count, lanes.seeds[idx],
-                lanes.bits[idx], v, c_in, c_out, jnp.int32(a0.stream), shared_key)
+                lanes.bits[idx], v, c_in, c_out, jnp.asarray(a0.stream, jnp.uint32), shared_key)
     out.append(np.asarray(scores)[:kept])
   return np.concatenate(out).T
 
