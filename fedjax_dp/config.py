@@ -234,7 +234,7 @@ def load_config(path: str | Path) -> ConfigDict:
     except (ValueError, UnicodeDecodeError) as e:
       raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
     return from_dict(blob, str(path))
-  if path.suffix != ".py":
+  if path.suffix not in ("", ".py"):  # a file without a suffix is Python all the same
     raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
                       "or a run's config.json")
   return _load_file(path)

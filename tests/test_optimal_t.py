@@ -254,11 +254,11 @@ def test_lane_layout_queues_short_runs_behind_long_ones():
 
 
 def test_queued_runs_in_one_lane_equal_single_runs():
-  # One cohort (one seed), T = 6 and five T = 1: one lane runs the long point while
-  # another runs the short ones one after another, starting at round 0 while the
-  # long point is further on (its lane re-initialised for each next run).
+  # One cohort (one seed), T = 6 and shorter points (a grid holds no value twice): a
+  # lane runs the long point while others run short ones one after another, starting
+  # at round 0 while the long point is further on (a lane re-initialised for each run).
   cfg = _base()
-  grid = {"rounds": [6, 1, 1, 1, 1, 1], "privacy.epsilon": [4.0]}
+  grid = {"rounds": [6, 1, 5, 2, 4, 3], "privacy.epsilon": [4.0]}
   points = sweep.expand(cfg, grid)
   layout = experiment.lane_layout([experiment.cohort_key(p.config) for p in points],
                                   [int(p.config.rounds) for p in points])

@@ -69,7 +69,7 @@ def test_iid_properties(labels, num_clients, spc, seed):
        seed=st.integers(0, 2**31))
 def test_unbalanced_properties(labels, sizes, seed):
   if sum(sizes) > len(labels):
-    with pytest.raises(ValueError, match="data.sizes"):
+    with pytest.raises(ValueError, match="data.group_sizes"):
       unbalanced(labels, sizes, seed)
     return
   parts = unbalanced(labels, sizes, seed)
@@ -254,9 +254,9 @@ def test_too_many_samples_fails_before_heavy_work():
 def test_k_classes_impossible_settings():
   with pytest.raises(ValueError, match=r"data\.num_clients=211.*C\(10, 4\) = 210"):
     k_classes(LABELS, 211, 4, 4, 0)
-  with pytest.raises(ValueError, match=r"data\.samples_per_client=10.*multiple of data\.k=4"):
+  with pytest.raises(ValueError, match=r"data\.samples_per_client=10.*multiple of data\.classes_per_client=4"):
     k_classes(LABELS, 5, 4, 10, 0)
-  with pytest.raises(ValueError, match=r"data\.k=11"):
+  with pytest.raises(ValueError, match=r"data\.classes_per_client=11"):
     k_classes(LABELS, 5, 11, 11, 0)
   # 7 clients x 4 classes need 28 class slots of 90 examples; class 0 (50 examples) gives
   # none and the other nine give 3 each: 27.
