@@ -143,11 +143,11 @@ def main(argv=None) -> int:
   else:
     sec = torch_round_seconds(1 if args.quick else 3, CLIENTS)
     version = f"torch {torch.__version__}"
-  print(json.dumps(dict(
-      workload="W2 pfl CIFAR-10 (50 of 1000 x 50, CNN, 5 steps x 10, central DP)",
-      method=args.method, seconds_per_round=sec, client_updates_per_s=COHORT / sec,
-      peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-      versions=version)))
+  print(json.dumps({
+      "workload": "W2 pfl CIFAR-10 (50 of 1000 x 50, CNN, 5 steps x 10, central DP)",
+      "method": args.method, "seconds_per_round": sec, "client_updates_per_s": COHORT / sec,
+      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+      "versions": version}))
   return 0
 
 
