@@ -75,13 +75,16 @@ def training_gflop(model, params, examples: int) -> float:
   return 3.0 * forward_flops_per_example(model, params) * examples / 1e9
 
 
-def run_task(script: Path, args: Sequence[str], timeout: float) -> dict:
+def run_task(script: Path, args: Sequence[str], timeout: float,
+             python: str | None = None) -> dict:
   """Runs ``script args --json`` in a fresh process (clean peak memory and compile
-  caches) and returns the JSON dict it prints last, or an error record."""
+  caches) and returns the JSON dict it prints last, or an error record. ``python``:
+  the interpreter (default this one; pfl's rows run in pfl's own environment)."""
   start = time.time()
   try:
     # check=False: a failed workload becomes an error record, not an exception.
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+    proc = subprocess.run([python or sys.executable, str(script), *args], capture_output=True,
+                          text=True,
                           timeout=timeout, cwd=ROOT, check=False)
   except subprocess.TimeoutExpired:
     return {"error": f"timed out after {timeout:.0f} s"}

@@ -10,7 +10,10 @@ measured inside each process, just before its timing. Prints one table and write
 slowest baselines; the full run takes about 12 minutes on 2 CPU cores.
 ``--only W3,W4/batched`` re-measures the tasks starting with those prefixes and
 keeps the saved rows of the others. The PyTorch rows need ``pip install
-torch==2.13.0`` (CPU wheel); without torch they are skipped.
+torch==2.13.0`` (CPU wheel); without torch they are skipped. ``W2/pfl`` (pfl-research
+0.6.0 on W2, ``pfl_w2.py``) runs with ``--pfl-python /tmp/pflvenv/bin/python``, the
+interpreter of a virtual environment with ``pip install 'pfl[pytorch]==0.6.0'``;
+there ``W2/torch`` runs too when this environment has no torch.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, machine, print_table, run_task
 
 SCRIPT = Path(__file__).resolve().parent / "workloads.py"
+PFL_SCRIPT = Path(__file__).resolve().parent / "pfl_w2.py"
 # (task, timeout in seconds); the order is the table's.
 TASKS = [
     ("W1/ours", 300), ("W1/ours_all_at_once", 300), ("W1/loop", 300), ("W1/torch", 600),
-    ("W2/ours", 600), ("W2/loop", 600), ("W2/torch", 300),
+    ("W2/ours", 600), ("W2/loop", 600), ("W2/torch", 300), ("W2/pfl", 600),
     ("W3-1k/ours", 300), ("W3-1k/ours_unfused", 300), ("W3-1k/fused", 300),
     ("W3-1k/loop", 300), ("W3-1k/torch", 300),
     ("W3-10k/ours", 300), ("W3-10k/ours_unfused", 300), ("W3-10k/ours_all_at_once", 300),
@@ -63,7 +67,7 @@ def _notes(rows: dict[str, dict]) -> None:
     return f"{r:.1f}x faster than {base}" if r >= 1 else f"{1 / r:.1f}x slower than {base}"
 
   for w in ("W1", "W2", "W5", "W6"):
-    for base in ("torch", "loop", "ours_conv"):
+    for base in ("torch", "pfl", "loop", "ours_conv"):
       r = ratio(f"{w}/ours", f"{w}/{base}")
       if r is not None:
         rows[f"{w}/ours"].setdefault("vs", []).append(faster(r, base))
@@ -97,6 +101,8 @@ def _notes(rows: dict[str, dict]) -> None:
       notes.append(f"conv_impl={row['conv_impl']}")
     if "total_s" in row:
       notes.append(f"total {row['total_s']:.1f} s")
+    if "versions" in row:
+      notes.append(row["versions"])
     if row.get("error"):
       notes.append(row["error"].splitlines()[-1][:120])
     row["note"] = ", ".join(notes)
@@ -107,6 +113,8 @@ def main(argv=None) -> int:
   parser.add_argument("--quick", action="store_true", help="fewer repeats")
   parser.add_argument("--only", default="", help="comma-separated workload prefixes")
   parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
+  parser.add_argument("--pfl-python", default="",
+                      help="python of pfl's environment: runs W2/pfl (pfl_w2.py) there")
   parser.add_argument("--render", action="store_true",
                       help="only rebuild the table from benchmarks/results/all.csv")
   args = parser.parse_args(argv)
@@ -122,11 +130,20 @@ def main(argv=None) -> int:
       continue
     if args.quick and task in QUICK_SKIP:
       continue
-    if task.endswith("/torch") and not have_torch:
+    quick = ["--quick"] if args.quick else []
+    in_pfl_env = task == "W2/pfl" or (task == "W2/torch" and not have_torch and args.pfl_python
+                                       and not args.no_torch)
+    if task == "W2/pfl" and not args.pfl_python:
+      rows[task] = {"task": task, "error": "pfl not run (--pfl-python, see pfl_w2.py)"}
+      continue
+    if task.endswith("/torch") and not have_torch and not in_pfl_env:
       rows[task] = {"task": task, "error": "torch not installed (pip install torch==2.13.0)"}
       continue
     print(f"[{time.time() - start:6.0f} s] {task} ...", flush=True)
-    out = run_task(SCRIPT, [task] + (["--quick"] if args.quick else []), timeout)
+    if in_pfl_env:
+      out = run_task(PFL_SCRIPT, [task.split("/")[1], *quick], timeout, args.pfl_python)
+    else:
+      out = run_task(SCRIPT, [task, *quick], timeout)
     out["task"] = task
     rows[task] = out
   _notes(rows)

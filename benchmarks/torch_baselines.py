@@ -3,7 +3,10 @@
 Each selected client copies the global model, trains locally and uploads; the
 server averages. Per-example clipping uses ``torch.func`` (``vmap(grad)``, the
 Opacus-style materialised per-sample gradients); update clipping and noise are
-plain tensor ops. CPU only: ``pip install torch==2.13.0`` (benchmark-only extra).
+plain tensor ops. ``pip install torch==2.13.0`` (benchmark-only extra). Every
+round takes ``device`` (``'cpu'`` by default, ``'cuda'`` for the GPU suite): data,
+model and random generator live there, and the round waits for the device before
+it stops its clock.
 """
 
 from __future__ import annotations
@@ -39,17 +42,29 @@ def cnn_pfl_cifar10(classes: int = 10):
                        nn.Linear(128, classes))
 
 
-def _per_sample_setup(model, xs, ys, seed: int):
+def _sync(torch, device: str) -> None:
+  if str(device).startswith("cuda"):
+    torch.cuda.synchronize()
+
+
+def _on(torch, xs, ys, device: str):
+  """The clients' tensors on ``device``."""
+  xs_t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in xs]
+  ys_t = [torch.from_numpy(np.asarray(y, np.int64)).to(device) for y in ys]
+  return xs_t, ys_t
+
+
+def _per_sample_setup(model, xs, ys, seed: int, device: str = "cpu"):
   """What the ``torch.func`` baselines share: the clients' tensors, the model's
   parameters, a seeded generator and ``per_sample(params, x, y)``, the per-example
   gradients by ``vmap(grad)`` (materialised, as Opacus-style code does)."""
   torch = _torch()
   from torch.func import functional_call, grad, vmap
 
-  xs_t = [torch.from_numpy(np.ascontiguousarray(x)) for x in xs]
-  ys_t = [torch.from_numpy(np.asarray(y, np.int64)) for y in ys]
+  model.to(device)
+  xs_t, ys_t = _on(torch, xs, ys, device)
   params = {k: v.detach() for k, v in model.named_parameters()}
-  gen = torch.Generator().manual_seed(seed)
+  gen = torch.Generator(device=device).manual_seed(seed)
 
   def loss_one(p, x, y):
     logits = functional_call(model, p, (x[None],))
@@ -59,7 +74,7 @@ def _per_sample_setup(model, xs, ys, seed: int):
 
 
 def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: float,
-                              seed: int = 0) -> Callable[[], float]:
+                              seed: int = 0, device: str = "cpu") -> Callable[[], float]:
   """Wei et al. UDP round: per client one full-batch step on per-example clipped
   gradients (``torch.func``), Gaussian noise on the upload, weighted average.
 
@@ -70,7 +85,7 @@ def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: floa
   Returns:
     ``round() -> seconds`` running one round over all K clients.
   """
-  torch, xs_t, ys_t, params, gen, per_sample = _per_sample_setup(model, xs, ys, seed)
+  torch, xs_t, ys_t, params, gen, per_sample = _per_sample_setup(model, xs, ys, seed, device)
 
   def one_round() -> float:
     start = time.perf_counter()
@@ -83,8 +98,9 @@ def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: floa
         factor = torch.clamp(clip / (norms + 1e-12), max=1.0)
         for name, p in params.items():
           step = torch.einsum("n,n...->...", factor, g[name]) / x.shape[0]
-          upload = p - lr * step + noise * torch.randn(p.shape, generator=gen)
+          upload = p - lr * step + noise * torch.randn(p.shape, generator=gen, device=device)
           total[name] += upload / k
+    _sync(torch, device)
     return time.perf_counter() - start
 
   return one_round
@@ -92,16 +108,16 @@ def per_example_clipped_round(model, xs, ys, lr: float, clip: float, noise: floa
 
 def update_clipped_round(model, xs, ys, lr: float, clip: float, central_noise: float,
                          local_steps: int = 1, batch_size: int = 0,
-                         seed: int = 0) -> Callable[[], float]:
+                         seed: int = 0, device: str = "cpu") -> Callable[[], float]:
   """DP-FedAvg round: each client runs ``local_steps`` SGD steps (minibatches of
   ``batch_size``, 0 = full batch) from the global model, its update is clipped to
   ``clip``; the server averages and adds Gaussian noise.
   """
   torch = _torch()
-  xs_t = [torch.from_numpy(np.ascontiguousarray(x)) for x in xs]
-  ys_t = [torch.from_numpy(np.asarray(y, np.int64)) for y in ys]
+  model.to(device)
+  xs_t, ys_t = _on(torch, xs, ys, device)
   global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-  gen = torch.Generator().manual_seed(seed)
+  gen = torch.Generator(device=device).manual_seed(seed)
   loss_fn = torch.nn.CrossEntropyLoss()
 
   def one_round() -> float:
@@ -114,7 +130,7 @@ def update_clipped_round(model, xs, ys, lr: float, clip: float, central_noise: f
       n = x.shape[0]
       for s in range(local_steps):
         if batch_size:
-          sel = torch.randperm(n, generator=gen)[:batch_size]
+          sel = torch.randperm(n, generator=gen, device=device)[:batch_size]
           xb, yb = x[sel], y[sel]
         else:
           xb, yb = x, y
@@ -129,7 +145,8 @@ def update_clipped_round(model, xs, ys, lr: float, clip: float, central_noise: f
           total[name] += factor * d / k
     with torch.no_grad():
       for name, v in total.items():
-        v += central_noise * torch.randn(v.shape, generator=gen)
+        v += central_noise * torch.randn(v.shape, generator=gen, device=device)
+    _sync(torch, device)
     return time.perf_counter() - start
 
   return one_round
@@ -156,13 +173,14 @@ def cnn_fu_femnist(classes: int = 62):
 
 def dp_sgd_round(model, xs, ys, lr: float, clip: float, local_steps: int, batch_size: int = 0,
                  step_noise: float = 0.0, upload_noise: float = 0.0,
-                 seed: int = 0) -> Callable[[], float]:
+                 seed: int = 0, device: str = "cpu") -> Callable[[], float]:
   """Per client ``local_steps`` steps of per-example clipped SGD (``torch.func``
   ``vmap(grad)``) on minibatches of ``batch_size`` (0 = full batch), Gaussian noise
   of std ``step_noise`` on each step's clipped sum (A-DPFL, DP-SGD) and of std
   ``upload_noise`` on the uploaded model (Wei, Fu); the server averages.
   """
-  torch, xs_t, ys_t, global_params, gen, per_sample = _per_sample_setup(model, xs, ys, seed)
+  torch, xs_t, ys_t, global_params, gen, per_sample = _per_sample_setup(model, xs, ys, seed,
+                                                                          device)
 
   def one_round() -> float:
     start = time.perf_counter()
@@ -174,7 +192,7 @@ def dp_sgd_round(model, xs, ys, lr: float, clip: float, local_steps: int, batch_
         n = x.shape[0]
         for _ in range(local_steps):
           if batch_size:
-            sel = torch.randperm(n, generator=gen)[:batch_size]
+            sel = torch.randperm(n, generator=gen, device=device)[:batch_size]
             xb, yb = x[sel], y[sel]
           else:
             xb, yb = x, y
@@ -185,13 +203,14 @@ def dp_sgd_round(model, xs, ys, lr: float, clip: float, local_steps: int, batch_
           for name, p in params.items():
             gsum = torch.einsum("n,n...->...", factor, g[name])
             if step_noise:
-              gsum = gsum + step_noise * torch.randn(p.shape, generator=gen)
+              gsum = gsum + step_noise * torch.randn(p.shape, generator=gen, device=device)
             new[name] = p - lr * gsum / xb.shape[0]
           params = new
         for name, p in params.items():
           if upload_noise:
-            p = p + upload_noise * torch.randn(p.shape, generator=gen)
+            p = p + upload_noise * torch.randn(p.shape, generator=gen, device=device)
           total[name] += p / k
+    _sync(torch, device)
     return time.perf_counter() - start
 
   return one_round

@@ -158,6 +158,64 @@ class Conv(nn.Module):
     return self.perturb(GHOST_OUT, y)
 
 
+def max_pool(x: jax.Array, window: int, padding: str = "VALID") -> jax.Array:
+  """Square max pooling with stride equal to the window, as a reshape and a max.
+
+  ``[n, H, W, C] -> [n, H', W', C]`` with ``H' = H // window`` (``'VALID'``, floor,
+  as ``torch.nn.MaxPool2d``) or ``ceil(H / window)`` (``'SAME'``, as
+  ``tf.nn.max_pool``). The same values as ``flax.linen.max_pool(x, (window,
+  window), strides=(window, window), padding=padding)``, computed without
+  ``lax.reduce_window``: XLA:CPU runs a reduce-window and its gradient
+  (select-and-scatter) as slow scalar loops, where a max over two reshaped axes is
+  an ordinary fused reduction and its gradient an elementwise select.
+
+  Sizes that the window does not divide: ``'VALID'`` drops the trailing rows and
+  columns (as ``reduce_window`` does); ``'SAME'`` pads with ``-inf`` as
+  ``lax.padtype_to_pads`` places the padding (the low side gets the smaller
+  half), which a finite maximum never selects.
+
+  Gradient: each output's cotangent goes to one element of its window, the
+  maximum; on **ties** (several elements equal to the window's maximum) to the
+  first of them in row-major window order, which is what ``reduce_window``'s
+  select-and-scatter does (flax's gradient): the same gradient, ties included.
+  (``jnp.max`` over the reshaped axes would split a tie's gradient equally among
+  the tied elements instead, and its gradient compares the input with the pooled
+  value, which XLA may recompute in different fusions with different rounding:
+  measured at ``--xla_backend_optimization_level=0``, where it lost gradient.)
+
+  Args:
+    x: ``[n, H, W, C]``.
+    window: the pooling window and stride, ``>= 1``.
+    padding: ``'VALID'`` or ``'SAME'``.
+
+  Returns:
+    ``[n, H', W', C]``.
+  """
+  if window == 1:
+    return x
+  n, h, w, c = x.shape
+  if padding == "SAME":
+    pads = jax.lax.padtype_to_pads((h, w), (window, window), (window, window), "SAME")
+    if any(lo or hi for lo, hi in pads):
+      x = jnp.pad(x, [(0, 0), *pads, (0, 0)], constant_values=-jnp.inf)
+  elif padding != "VALID":
+    raise ValueError(f"max_pool: padding must be 'VALID' or 'SAME', got {padding!r}")
+  ho, wo = x.shape[1] // window, x.shape[2] // window
+  x = x[:, :ho * window, :wo * window, :].reshape(n, ho, window, wo, window, c)
+  # A running maximum by selects, in row-major window order: ">" keeps the earlier
+  # element on ties. Its gradient routes each cotangent through the same selects, so
+  # it reaches exactly one element per window and never compares the input with the
+  # recomputed maximum (jnp.max's gradient does, and an input recomputed in another
+  # fusion may differ from the pooled value in its last bit).
+  out = x[:, :, 0, :, 0, :]
+  for i in range(window):
+    for j in range(window):
+      if i or j:
+        cand = x[:, :, i, :, j, :]
+        out = jnp.where(cand > out, cand, out)
+  return out
+
+
 def flatten(x):
   """Flattens every axis but the first: ``[batch, ...] -> [batch, prod(...)]``."""
   return jnp.reshape(x, (x.shape[0], -1))

@@ -21,7 +21,7 @@ from typing import NamedTuple, Union
 import flax.linen as nn
 
 from fedjax_dp.models.base import Model
-from fedjax_dp.models.layers import Conv, Dense, flatten
+from fedjax_dp.models.layers import Conv, Dense, flatten, max_pool
 
 ACTIVATIONS: dict[str, Callable] = {"relu": nn.relu, "linear": lambda x: x, "tanh": nn.tanh}
 
@@ -180,8 +180,7 @@ class ConvNet(nn.Module):
                kernel_init=self.kernel_init, impl=self.conv_impl)(x)
       x = nn.relu(x)
       if spec.pool > 1:
-        window = (spec.pool, spec.pool)
-        x = nn.max_pool(x, window, strides=window, padding=self.pool_padding)
+        x = max_pool(x, spec.pool, self.pool_padding)
     x = flatten(x)
     for width in self.hidden:
       x = nn.relu(Dense(width, kernel_init=self.kernel_init)(x))

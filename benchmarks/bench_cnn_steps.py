@@ -1,0 +1,111 @@
+"""W2's round and jitted loop with and without each CNN speed step, in one process.
+
+  python benchmarks/bench_cnn_steps.py [--turns 3] [--variants flax_pool,reshape_pool]
+
+Every variant is compiled first (ours: the engine's round at W2's configuration;
+loop: the jitted one-client update called per client), then the variants are timed
+in turns (one round each per turn; the machine is shared) and the medians printed,
+with the largest difference of each variant's new model to the first variant's.
+Variants patch the model code while it is traced, so all run the same engine:
+
+* ``flax_pool``: ``flax.linen.max_pool`` (``lax.reduce_window``), the code before;
+* ``reshape_pool``: :func:`fedjax_dp.models.layers.max_pool` (reshape and max).
+
+See docs/scaling.md, "CNN speed steps".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from workloads import (
+  W2_BATCH,
+  W2_CLIENTS,
+  W2_COHORT,
+  W2_PER_CLIENT,
+  W2_STEPS,
+  _args,
+  _loop_round,
+  _our_round_config,
+  _synthetic,
+)
+
+from fedjax_dp import client as client_lib
+from fedjax_dp import engine
+from fedjax_dp.models import get_model, zoo
+
+
+def _flax_pool(x, window, padding):
+  return nn.max_pool(x, (window, window), strides=(window, window), padding=padding)
+
+
+@contextlib.contextmanager
+def variant(name: str):
+  """Patches the model code for one variant while it is traced."""
+  saved = zoo.max_pool
+  if name == "flax_pool":
+    zoo.max_pool = _flax_pool
+  try:
+    yield
+  finally:
+    zoo.max_pool = saved
+
+
+def build(name: str, method: str):
+  """Compiles one (variant, method); returns a call running one round and its output."""
+  model = get_model("cnn_pfl_cifar10", (32, 32, 3), 10)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
+  data = _synthetic(W2_CLIENTS, W2_PER_CLIENT, (32, 32, 3))
+  idx, sel = engine.select_clients("uniform", W2_CLIENTS, W2_COHORT, 0.0, 0, 0)
+  lr, clip, central = [0.1] * W2_STEPS, 1.0, 0.01
+  ccfg = client_lib.ClientConfig(W2_STEPS, W2_BATCH, "update_l2", "central")
+  with variant(name):
+    if method == "ours":
+      rcfg = _our_round_config(model, ccfg, data, W2_COHORT, "ours", {})
+      args = _args(idx, sel, np.zeros(W2_COHORT), lr, clip, central)
+      fn = engine.make_round_fn(model, rcfg).lower(params, data, args).compile()
+      return lambda: fn(params, data, args)[0]
+    return _loop_round(model, ccfg, params, data, idx, np.zeros(W2_COHORT), lr, clip, central)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--turns", type=int, default=3)
+  parser.add_argument("--variants", default="flax_pool,reshape_pool")
+  parser.add_argument("--methods", default="ours,loop")
+  args = parser.parse_args(argv)
+  runs = {}
+  for m in args.methods.split(","):
+    for v in args.variants.split(","):
+      start = time.perf_counter()
+      runs[(v, m)] = build(v, m)
+      print(f"{v}/{m}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
+  outs = {k: jax.block_until_ready(f()) for k, f in runs.items()}
+  times = {k: [] for k in runs}
+  for _ in range(args.turns):
+    for k, f in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(f())
+      times[k].append(time.perf_counter() - start)
+  first = {}
+  for (v, m), ts in times.items():
+    ref = first.setdefault(m, outs[(v, m)])
+    diff = max(float(jnp.abs(a - b).max()) for a, b in zip(
+        jax.tree_util.tree_leaves(outs[(v, m)]), jax.tree_util.tree_leaves(ref)))
+    print(f"{v}/{m}: median {np.median(ts):.3f} s/round, min {min(ts):.3f} "
+          f"({', '.join(f'{t:.2f}' for t in ts)}); max |diff| to the first variant {diff:.2e}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
