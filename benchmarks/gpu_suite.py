@@ -156,7 +156,7 @@ def w2(sizes):
   def torch_round(device):
     import torch
     net = tb.cnn_pfl_cifar10()
-    net[5] = torch.nn.Linear(((hw - 4) // 2) ** 2 * 64, 128)  # the flatten width of hw
+    net[6] = torch.nn.Linear(((hw - 4) // 2) ** 2 * 64, 128)  # the flatten width of hw
     return tb.update_clipped_round(net, xs, ys, 0.1, 1.0, 0.01, ccfg.local_steps,
                                    ccfg.batch_size, device=device)
 
@@ -254,11 +254,19 @@ def main(argv=None) -> int:
                       help="start no task after this many seconds (default 540)")
   parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
   parser.add_argument("--out", default=str(RESULTS), help="directory of gpu_<device>.csv")
+  parser.add_argument("--only", default="", help="comma-separated sections to run, e.g. W2,W5")
   args = parser.parse_args(argv)
+  only = {s for s in args.only.split(",") if s}
+  unknown = only - {name for name, _ in SECTIONS}
+  if unknown:
+    parser.error(f"--only: unknown sections {sorted(unknown)}; "
+                 f"choose from {[name for name, _ in SECTIONS]}")
   sizes = dict(QUICK if args.quick else FULL, torch=not args.no_torch)
   start, rows = time.time(), []
   device = device_name() + ("_quick" if args.quick else "")
   for name, section in SECTIONS:
+    if only and name not in only:
+      continue
     if time.time() - start > args.budget:
       rows.append({"task": name, "note": f"skipped: past the {args.budget:.0f} s budget"})
       continue
