@@ -35,11 +35,12 @@ upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-leve
 local step s. Minibatch steps are accounted without example-level subsampling
 amplification (conservative). The selection rule's event comes from
 :mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
-charged per client for the rounds it took part in. Each sensitivity is proved in
-:func:`upload_sensitivity` and :func:`central_sensitivity` for the replace-one
-adjacency the accountant assumes (and :func:`step_grad_sensitivity` for Fu et al.'s
-per-step gradient clipping); ``tests/test_sensitivity.py`` searches for
-neighbouring datasets that break them.
+charged per client for the rounds it took part in. Each sensitivity is proved, for
+the replace-one adjacency the accountant assumes, in its clip mode's file under
+:mod:`fedjax_dp.privacy.clip_modes` (``per_example_l2.upload_sensitivity``,
+``param_l2.ball_l1_sensitivity``, ``update_l2.central_sensitivity``,
+``step_grad_l2.step_grad_sensitivity``), which this plan looks the configured mode up
+in; ``tests/test_sensitivity.py`` searches for neighbouring datasets that break them.
 
 The noise scale of a constant schedule and the epsilon a formula claims come from
 the registry :data:`FORMULAS` (``privacy.formula``); the default, ``calibrated``,
@@ -248,96 +249,11 @@ YUAN_CLIP_MODES = ("param_l2",)
 DEFAULT_FORMULA = "calibrated"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class PrivacyPlan:
-  """Mechanism + sensitivity + sampling + accounting of one run.
+class _PlanEvents:
+  """The accounting events of a :class:`PrivacyPlan` (one round, the validation
+  release, a Poisson-minibatch round, a whole constant schedule); reads the plan's
+  fields."""
 
-  Attributes:
-    mechanism: ``'gaussian'`` or ``'laplace'``.
-    placement: ``'upload'``, ``'step'``, ``'central'`` or ``'none'``.
-    formula: how the noise scale is set (a key of :data:`FORMULAS`).
-    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise, and an infinite
-      certified epsilon for that client as soon as it releases).
-    delta: target delta.
-    q: per-round marginal selection probability of a client.
-    selection: a rule of :data:`fedjax_dp.selection.RULES`.
-    sensitivity: ``[U]`` sensitivity of each client's noised release (of the
-      aggregate, for ``'central'``).
-    steps: noised releases per selected round (E for ``'step'``, else 1).
-    noise_multiplier: z for ``formula='noise_multiplier'``.
-    num_clients: U.
-    clients_per_round: K.
-    rounds: the configured horizon T.
-    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise and
-      its claim with, when it differs from the true ``sensitivity`` (Yuan:
-      ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``); ``None``: the true one.
-    level: the privacy unit the release's sensitivity is proved for:
-      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
-      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
-    minibatch: ``client.minibatch``; ``'poisson'`` switches the accounting to
-      :meth:`poisson_step_event` (add/remove, Poisson-subsampled Gaussian per step).
-    batch_q: ``[U]`` the per-step inclusion rate ``q_i = min(1, B / |D_i|)``
-      (``'poisson'`` only).
-    clip_rule: ``server.clip_rule`` (central placement): ``'fixed'`` and
-      ``'private_median'`` are certified by the events below; ``'median'`` (Geyer et
-      al. 2017 as printed) clips to a data-dependent bound, so its release has no
-      provable sensitivity: the certified epsilon is ``inf`` and the accountant's
-      value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
-    validation: ``'clients'`` when the schedule (``adpfl``) releases a noisy accuracy
-      on the selected clients' data after its adjustment rounds (charged by
-      :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
-    val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
-    adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
-      and used by every event it composes (``'replace_one'``, or ``'add_remove'``
-      for Poisson minibatches under a selection rule that allows it).
-  """
-
-  mechanism: str
-  placement: str
-  formula: str
-  epsilon: np.ndarray
-  delta: float
-  q: float
-  selection: str
-  sensitivity: np.ndarray
-  steps: int
-  noise_multiplier: float
-  num_clients: int
-  clients_per_round: int
-  rounds: int
-  claimed_sensitivity: np.ndarray | None = None
-  level: str = "example"
-  minibatch: str = "shuffle"
-  batch_q: np.ndarray | None = None
-  clip_rule: str = "fixed"
-  validation: str = "server"
-  val_noise_multiplier: float = 1.0
-  adjacency: str = "replace_one"
-
-  @property
-  def target_epsilon(self) -> float:
-    return float(np.min(self.epsilon))
-
-  @property
-  def noiseless(self) -> bool:
-    return self.placement == "none" or bool(np.all(np.isinf(self.epsilon)))
-
-  @property
-  def rule(self) -> selection_lib.SelectionRule:
-    return selection_lib.get_rule(self.selection)
-
-  # --------------------------------------------------------------- noise
-  def noise_scale(self, rounds: int) -> np.ndarray:
-    """``[U]`` per-client noise scale (std, or Laplace b) for a constant schedule of
-    ``rounds`` rounds, from the configured formula (0 where the target is inf)."""
-    if self.noiseless:
-      return np.zeros(self.num_clients)
-    finite = np.isfinite(self.epsilon)
-    eps = np.where(finite, self.epsilon, 1.0)
-    scale = FORMULAS[self.formula].noise_scale(self, eps, rounds)
-    return np.where(finite, scale, 0.0)
-
-  # --------------------------------------------------------------- accounting
   def event(self, z: np.ndarray, participated: Any = True,
             val_multiplier: float | None = None) -> accounting.Event:
     """The accounting event of one round for noise multipliers ``z [U]`` (scale /
@@ -438,6 +354,12 @@ class PrivacyPlan:
       return self.event(z).replace(count=count * self.steps)
     return self.event(z).replace(count=count)
 
+
+
+class _PlanAccountant:
+  """The host-side accountant of a :class:`PrivacyPlan`: composes each round's event
+  and reports certified and claimed epsilons; reads the plan's fields."""
+
   def accountant_init(self) -> AccountantState:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
                            np.zeros(self.num_clients), 0, np.zeros(self.num_clients))
@@ -447,29 +369,6 @@ class PrivacyPlan:
     """Whether each round is a pure-DP Laplace release charged to the clients that
     took part (no sampling amplification), so basic composition certifies it."""
     return self.mechanism == "laplace" and (self.rule.deterministic or self.q >= 1)
-
-  def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
-                   ) -> tuple[np.ndarray, float]:
-    """Maps a schedule's per-client noise to what the engine adds.
-
-    Schedules speak in per-client scales ``[U]`` (every client's release has the same
-    sensitivity under ``'central'``); with central placement the server adds that
-    scale once to the aggregate and clients add nothing.
-
-    Returns:
-      ``(client_noise [U], central_noise)``.
-    """
-    noise = np.asarray(noise, np.float64)
-    if self.placement == "central":
-      return np.zeros_like(noise), float(max(central_noise, np.max(noise, initial=0.0)))
-    return noise, float(central_noise)
-
-  def multipliers(self, noise: np.ndarray, central_noise: float) -> np.ndarray:
-    """``[U]`` noise multipliers of a round's plan (``inf`` where no noise)."""
-    scale = np.full(self.num_clients, float(central_noise)) if self.placement == "central" \
-        else np.asarray(noise, np.float64)
-    with np.errstate(divide="ignore"):
-      return np.where(scale > 0, scale / self.sensitivity, np.inf)
 
   def participation(self, selected: np.ndarray | None) -> np.ndarray:
     """``[U]`` bool: who may have released this round. ``selected`` are the ids of the
@@ -570,6 +469,119 @@ class PrivacyPlan:
       # Geyer et al.'s claim: the moments accountant as if S were a fixed bound.
       return float(np.max(self._rdp_epsilons(state)))
     return self.certified_epsilon(state) if claimed is None else claimed(self, state)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PrivacyPlan(_PlanEvents, _PlanAccountant):
+  """Mechanism + sensitivity + sampling + accounting of one run.
+
+  Attributes:
+    mechanism: ``'gaussian'`` or ``'laplace'``.
+    placement: ``'upload'``, ``'step'``, ``'central'`` or ``'none'``.
+    formula: how the noise scale is set (a key of :data:`FORMULAS`).
+    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise, and an infinite
+      certified epsilon for that client as soon as it releases).
+    delta: target delta.
+    q: per-round marginal selection probability of a client.
+    selection: a rule of :data:`fedjax_dp.selection.RULES`.
+    sensitivity: ``[U]`` sensitivity of each client's noised release (of the
+      aggregate, for ``'central'``).
+    steps: noised releases per selected round (E for ``'step'``, else 1).
+    noise_multiplier: z for ``formula='noise_multiplier'``.
+    num_clients: U.
+    clients_per_round: K.
+    rounds: the configured horizon T.
+    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise and
+      its claim with, when it differs from the true ``sensitivity`` (Yuan:
+      ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``); ``None``: the true one.
+    level: the privacy unit the release's sensitivity is proved for:
+      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
+      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
+    minibatch: ``client.minibatch``; ``'poisson'`` switches the accounting to
+      :meth:`poisson_step_event` (add/remove, Poisson-subsampled Gaussian per step).
+    batch_q: ``[U]`` the per-step inclusion rate ``q_i = min(1, B / |D_i|)``
+      (``'poisson'`` only).
+    clip_rule: ``server.clip_rule`` (central placement): ``'fixed'`` and
+      ``'private_median'`` are certified by the events below; ``'median'`` (Geyer et
+      al. 2017 as printed) clips to a data-dependent bound, so its release has no
+      provable sensitivity: the certified epsilon is ``inf`` and the accountant's
+      value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
+    validation: ``'clients'`` when the schedule (``adpfl``) releases a noisy accuracy
+      on the selected clients' data after its adjustment rounds (charged by
+      :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
+    val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
+    adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
+      and used by every event it composes (``'replace_one'``, or ``'add_remove'``
+      for Poisson minibatches under a selection rule that allows it).
+  """
+
+  mechanism: str
+  placement: str
+  formula: str
+  epsilon: np.ndarray
+  delta: float
+  q: float
+  selection: str
+  sensitivity: np.ndarray
+  steps: int
+  noise_multiplier: float
+  num_clients: int
+  clients_per_round: int
+  rounds: int
+  claimed_sensitivity: np.ndarray | None = None
+  level: str = "example"
+  minibatch: str = "shuffle"
+  batch_q: np.ndarray | None = None
+  clip_rule: str = "fixed"
+  validation: str = "server"
+  val_noise_multiplier: float = 1.0
+  adjacency: str = "replace_one"
+
+  @property
+  def target_epsilon(self) -> float:
+    return float(np.min(self.epsilon))
+
+  @property
+  def noiseless(self) -> bool:
+    return self.placement == "none" or bool(np.all(np.isinf(self.epsilon)))
+
+  @property
+  def rule(self) -> selection_lib.SelectionRule:
+    return selection_lib.get_rule(self.selection)
+
+  # --------------------------------------------------------------- noise
+  def noise_scale(self, rounds: int) -> np.ndarray:
+    """``[U]`` per-client noise scale (std, or Laplace b) for a constant schedule of
+    ``rounds`` rounds, from the configured formula (0 where the target is inf)."""
+    if self.noiseless:
+      return np.zeros(self.num_clients)
+    finite = np.isfinite(self.epsilon)
+    eps = np.where(finite, self.epsilon, 1.0)
+    scale = FORMULAS[self.formula].noise_scale(self, eps, rounds)
+    return np.where(finite, scale, 0.0)
+
+  def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
+                   ) -> tuple[np.ndarray, float]:
+    """Maps a schedule's per-client noise to what the engine adds.
+
+    Schedules speak in per-client scales ``[U]`` (every client's release has the same
+    sensitivity under ``'central'``); with central placement the server adds that
+    scale once to the aggregate and clients add nothing.
+
+    Returns:
+      ``(client_noise [U], central_noise)``.
+    """
+    noise = np.asarray(noise, np.float64)
+    if self.placement == "central":
+      return np.zeros_like(noise), float(max(central_noise, np.max(noise, initial=0.0)))
+    return noise, float(central_noise)
+
+  def multipliers(self, noise: np.ndarray, central_noise: float) -> np.ndarray:
+    """``[U]`` noise multipliers of a round's plan (``inf`` where no noise)."""
+    scale = np.full(self.num_clients, float(central_noise)) if self.placement == "central" \
+        else np.asarray(noise, np.float64)
+    with np.errstate(divide="ignore"):
+      return np.where(scale > 0, scale / self.sensitivity, np.inf)
 
   def describe(self) -> dict[str, Any]:
     """A JSON-able summary for ``summary.json``: the accounting event, whether the

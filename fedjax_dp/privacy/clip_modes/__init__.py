@@ -55,11 +55,23 @@ def register(mode: ClipMode) -> ClipMode:
   return mode
 
 
+def check_config(cfg) -> None:
+  """The configured mode's own checks (:attr:`ClipMode.check`); an unknown mode is
+  left to the config's field rules.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  mode = CLIP_MODES.get(cfg.client.clip_mode)
+  if mode is not None:
+    mode.check(cfg)
+
+
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:
   """The modes with a proven (L1, when ``laplace``) sensitivity at ``placement``."""
   return tuple(n for n, m in CLIP_MODES.items()
                if placement in (m.laplace if laplace else m.placements))
 
 
-__all__ = ["CLIP_MODES", "Canary", "ClipMode", "SensitivityInputs", "get", "register",
-           "supporting"]
+__all__ = ["CLIP_MODES", "Canary", "ClipMode", "SensitivityInputs", "check_config", "get",
+           "register", "supporting"]
