@@ -1,19 +1,13 @@
 """ONE client's local training, written unbatched; the engine vmaps it over clients.
 
 A client starts from the global model and runs ``local_steps`` steps of full-batch
-GD or minibatch SGD by ``lax.scan``. Privacy enters in four optional places, chosen
-by :class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client):
+GD or minibatch SGD by ``lax.scan``. Privacy enters in optional places, chosen by
+:class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client):
 
-* ``clip_mode='per_example_l2'`` -- clip every example's gradient to L2 norm C before
-  each step (Wei et al. Alg. 1, lines 6-9; DP-SGD);
-* ``clip_mode='per_example_l1'`` -- the same with the L1 norm (Fu et al., for Laplace);
-* ``clip_mode='param_l2'`` -- after each step project the parameters onto the L2 ball
-  of radius C (Yuan et al. Alg. 1);
-* ``clip_mode='update_l2'`` -- clip the client's update ``w_local - w_global`` to L2
-  norm C (DP-FedAvg, McMahan et al. 2018);
-* ``clip_mode='step_grad_l1'`` / ``'step_grad_l2'`` -- clip the client's mean (full-batch,
-  or minibatch) gradient to norm C at every local step, not per example (Fu et al.
-  Sec. VI-B, eq. (Clip): L1 as printed, for Laplace; L2 option for Gaussian);
+* ``clip_mode`` -- a mode of :data:`fedjax_dp.privacy.clip_modes.CLIP_MODES` (per
+  example L2/L1, parameter projection, update clipping, per-step gradient
+  clipping: each in its own file there), whose hooks clip each step's gradient,
+  the parameters after each step and the upload after the last one;
 * ``noise_placement='step'`` adds noise of scale ``step_noise`` to each step's summed
   (clipped) gradient (A-DPFL; DP-SGD);
 * ``noise_placement='upload'`` adds noise of scale ``upload_noise`` to the model the
@@ -33,11 +27,15 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp.models.base import Model
-from fedjax_dp.privacy import clipping, mechanisms
+from fedjax_dp.privacy import (
+  clip_modes,
+  clipping,  # noqa: F401  (kept as client.clipping for callers)
+  mechanisms,
+)
 
 PyTree = Any
-CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "param_l2", "update_l2",
-              "step_grad_l1", "step_grad_l2")
+# The clip-mode registry (a live view: a mode registered at run time is known here).
+CLIP_MODES = clip_modes.CLIP_MODES
 # How a minibatch is drawn at each local step (``client.minibatch``): ``shuffle`` takes
 # ``batch_size`` examples uniformly without replacement; ``poisson`` takes every example
 # independently with probability ``q_i = batch_size / |D_i|`` (DP-SGD's sampling, whose
@@ -54,7 +52,7 @@ class ClientConfig:
   Attributes:
     local_steps: E, the number of local steps per round.
     batch_size: examples per step; 0 means full batch (all of the client's data).
-    clip_mode: one of :data:`CLIP_MODES`.
+    clip_mode: a key of :data:`CLIP_MODES`.
     noise_placement: ``'none'``, ``'upload'``, ``'step'`` or ``'central'`` (central is
       applied by the server; the client then does nothing).
     mechanism: ``'gaussian'`` or ``'laplace'``.
@@ -83,8 +81,7 @@ class ClientConfig:
       raise ValueError(f"client.local_steps must be >= 1, got {self.local_steps}")
     if self.batch_size < 0:
       raise ValueError(f"client.batch_size must be >= 0 (0 = full batch), got {self.batch_size}")
-    if self.clip_mode not in CLIP_MODES:
-      raise ValueError(f"client.clip_mode: unknown {self.clip_mode!r}; known: {CLIP_MODES}")
+    clip_modes.get(self.clip_mode)  # an unknown mode raises, naming the field
     if self.noise_placement not in mechanisms.PLACEMENTS:
       raise ValueError(f"privacy.placement: unknown {self.noise_placement!r}; "
                        f"known: {mechanisms.PLACEMENTS}")
@@ -183,8 +180,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     noise when the placement is ``'upload'``.
   """
   lr = jnp.broadcast_to(jnp.asarray(hp.lr, jnp.float32), (cfg.local_steps,))
-  per_example = cfg.clip_mode in ("per_example_l2", "per_example_l1")
-  ord = 1 if cfg.clip_mode == "per_example_l1" else 2
+  mode = clip_modes.get(cfg.clip_mode)
 
   def step(params, inputs):
     s, lr_s = inputs
@@ -200,29 +196,14 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     # Poisson: divide by the expected size B (a constant), so the step's release is
     # (clipped sum + noise) / B with sensitivity C / B under add/remove of one example.
     gdenom = jnp.float32(cfg.batch_size) if cfg.minibatch == "poisson" else denom
-    if per_example:
-      gsum, losses, norms = clipping.per_example_clipped_grad_sum(
-          model, params, xb, yb, wb, hp.clip, ord, cfg.chunk_size)
-      mean_norm = jnp.sum(norms * wb) / denom
-    else:
-      def weighted(p):
-        losses = model.per_example_loss(model.apply(p, xb), yb)
-        return jnp.sum(losses * wb), losses
-      gsum, losses = jax.grad(weighted, has_aux=True)(params)
-      mean_norm = jnp.zeros(())
-      if cfg.clip_mode in ("step_grad_l1", "step_grad_l2"):
-        # Fu et al. (Clip): the step's mean gradient g <- g min(1, C / ||g||); clipping the
-        # sum to C |batch| is the same rescaling (the norm is homogeneous).
-        gsum, gnorm = clipping.clip_by_norm(
-            gsum, hp.clip * denom, ord=1 if cfg.clip_mode == "step_grad_l1" else 2)
-        mean_norm = gnorm / denom
+    gsum, losses, mean_norm = mode.grad(model, params, xb, yb, wb, hp.clip, denom,
+                                        cfg.chunk_size)
     if cfg.noise_placement == "step":
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
                                   cfg.mechanism)
     new = jax.tree_util.tree_map(
         lambda p, g: p - lr_s * (g / gdenom + cfg.l2_reg * p), params, gsum)
-    if cfg.clip_mode == "param_l2":
-      new, _ = clipping.clip_by_norm(new, hp.clip)
+    new = mode.after_step(new, hp.clip)
     return new, (jnp.sum(losses * wb) / denom, mean_norm)
 
   steps = jnp.arange(cfg.local_steps)
@@ -231,11 +212,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
   params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
-  update_norm = jnp.zeros(())
-  if cfg.clip_mode == "update_l2":
-    delta = jax.tree_util.tree_map(jnp.subtract, params, global_params)
-    delta, update_norm = clipping.clip_by_norm(delta, hp.clip)
-    params = jax.tree_util.tree_map(jnp.add, global_params, delta)
+  params, update_norm = mode.after_local(params, global_params, hp.clip)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
                                   hp.upload_noise, cfg.mechanism)

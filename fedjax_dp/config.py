@@ -4,6 +4,10 @@ A config file is a Python file with ``get_config()`` returning a ConfigDict, usu
 ``base_config()`` with some fields changed. ``--set key=value`` overrides any field;
 values are parsed to the field's type (``inf`` is a float, ``true``/``false`` bools,
 ``(400,600)`` tuples) and an unknown key is an error that suggests the close ones.
+
+:func:`validate` checks each field's type and range (:data:`FIELD_RULES`) and the
+cross-field constraints of the run as a whole; the schedule, selection rule and clip
+mode a config picks check their own fields (:data:`OWNER_CHECKS`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from ml_collections import config_dict
 
 from fedjax_dp import configs
 from fedjax_dp.errors import ConfigError, UserError
-from fedjax_dp.schedules import SCHEDULES
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -423,9 +426,9 @@ class Rule(NamedTuple):
 _U32, _I32 = 2**32 - 1, 2**31 - 1
 
 
-def _registry(module: str, name: str):
+def _registry(module: str, name: str, *extra: str):
   def names():
-    return tuple(getattr(importlib.import_module(module), name))
+    return (*getattr(importlib.import_module(module), name), *extra)
   return names
 
 
@@ -462,7 +465,8 @@ FIELD_RULES: dict[str, Rule] = {
     "client.minibatch": Rule("str", choices=_fixed("shuffle", "poisson")),
     "client.lr": _POSITIVE,
     "client.lr_decay": _POSITIVE,
-    "client.clip_mode": Rule("str", choices=_registry("fedjax_dp.client", "CLIP_MODES")),
+    "client.clip_mode": Rule("str", choices=_registry("fedjax_dp.privacy.clip_modes",
+                                                        "CLIP_MODES")),
     "client.clip": _POSITIVE,
     "client.l2_reg": Rule("float", 0.0),
     "client.chunk_size": Rule("int", 1, _I32),
@@ -491,7 +495,8 @@ FIELD_RULES: dict[str, Rule] = {
     "privacy.noise_sampling": Rule("str", choices=_fixed("per_client", "aggregate")),
     "privacy.noise_stream": Rule("int", 0, _I32),
     "privacy.common_random_numbers": Rule("bool"),
-    "schedule.name": Rule("str", choices=lambda: (*SCHEDULES, "optimal_t")),
+    "schedule.name": Rule("str", choices=_registry("fedjax_dp.schedules", "SCHEDULES",
+                                                   "optimal_t")),
     "schedule.beta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "schedule.zeta": Rule("float"),
     "schedule.decay_fraction": _UNIT,
@@ -593,11 +598,20 @@ def _check_data_source(cfg: ConfigDict) -> None:
                       "lending_club or femnist) for the files there, or unset data.dir")
 
 
-def validate(cfg: ConfigDict) -> None:
-  """Checks values that do not need the data; raises :class:`ConfigError` naming the field."""
-  check_fields(cfg)
-  _check_client_epsilons(cfg)
-  _check_data_source(cfg)
+# The mechanisms that validate their own fields (each module's ``check_config(cfg)``,
+# raising a ConfigError naming the field): the schedule, the selection rule and the
+# clip mode the config picks. They sit above this module, so they are looked up by
+# name when a config is validated (as FIELD_RULES' registries are), never imported.
+SELECTION_CHECKS = "fedjax_dp.selection"
+OWNER_CHECKS = ("fedjax_dp.schedules", "fedjax_dp.privacy.clip_modes")
+
+
+def _check_owner(module: str, cfg: ConfigDict) -> None:
+  importlib.import_module(module).check_config(cfg)
+
+
+def _check_targets(cfg: ConfigDict) -> None:
+  """Privacy targets and the run's size."""
   eps = float(cfg.privacy.epsilon)
   if not eps > 0 or math.isnan(eps):
     raise ConfigError(f"privacy.epsilon must be > 0 (inf disables noise), got {eps}")
@@ -608,18 +622,16 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError(f"privacy.delta must be in (0, 1), got {cfg.privacy.delta}")
   if int(cfg.rounds) < 1:
     raise ConfigError(f"rounds must be >= 1, got {cfg.rounds}")
-  u, k = int(cfg.data.num_clients), int(cfg.server.clients_per_round)
+  u = int(cfg.data.num_clients)
   if u < 1:
     raise ConfigError(f"data.num_clients must be >= 1, got {u}")
   if cfg.data.get("skew_scheme", "constant") not in SKEW_SCHEMES:
     raise ConfigError(f"data.skew_scheme: unknown {cfg.data.skew_scheme!r}; known: "
                       f"{list(SKEW_SCHEMES)}")
-  if cfg.server.selection in ("uniform", "round_robin", "wasserstein_topk",
-                              "wasserstein_sample") and not 1 <= k <= u:
-    raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
-                      f"(U={u})]")
-  if cfg.server.selection == "poisson" and not 0.0 < float(cfg.server.q) <= 1.0:
-    raise ConfigError(f"server.q must be in (0, 1] for Poisson selection, got {cfg.server.q}")
+
+
+def _check_training(cfg: ConfigDict) -> None:
+  """Local training and the server's clip rule."""
   minibatch = cfg.client.get("minibatch", "shuffle")
   if minibatch not in ("shuffle", "poisson"):
     raise ConfigError(f"client.minibatch: unknown {minibatch!r}; known: ['poisson', 'shuffle']")
@@ -640,6 +652,10 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError(f"client.clip must be > 0, got {cfg.client.clip}")
   if float(cfg.client.lr) <= 0:
     raise ConfigError(f"client.lr must be > 0, got {cfg.client.lr}")
+
+
+def _check_execution(cfg: ConfigDict) -> None:
+  """Chunking, noise identity, evaluation, checkpoints and noise sampling."""
   if int(cfg.server.client_chunk) < -1:
     raise ConfigError(f"server.client_chunk must be >= 0 (0 = all clients at once) or -1 "
                       f"(from free memory), got {cfg.server.client_chunk}")
@@ -667,33 +683,22 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError("privacy.noise_sampling='aggregate' needs privacy.placement='upload' "
                       "and privacy.mechanism='gaussian' (a sum of Laplace draws is not "
                       f"Laplace); got {cfg.privacy.placement!r}, {cfg.privacy.mechanism!r}")
-  if cfg.schedule.name not in (*SCHEDULES, "optimal_t"):
-    raise ConfigError(f"schedule.name: unknown {cfg.schedule.name!r}; known: "
-                      f"{sorted([*SCHEDULES, 'optimal_t'])}")
-  if cfg.schedule.name == "optimal_t":
-    if any(int(t) < 1 for t in cfg.schedule.t_grid):
-      raise ConfigError(f"schedule.t_grid must hold rounds >= 1, got {cfg.schedule.t_grid}")
-  if cfg.schedule.name == "crd" and int(cfg.eval.every) != 1:
-    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1 "
-                      f"(got eval.every={cfg.eval.every})")
-  if cfg.schedule.name == "geometric":
-    if cfg.privacy.mechanism != "gaussian":
-      raise ConfigError("schedule.name='geometric' spreads a Gaussian budget (sum of "
-                        "sigma^-2, Yuan eq. (16)): privacy.mechanism="
-                        f"{cfg.privacy.mechanism!r} is not bounded by it")
-    if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
-      raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1 "
-                        f"(got eval.every={cfg.eval.every})")
-  if cfg.schedule.get("validation", "server") not in ("server", "clients"):
-    raise ConfigError(f"schedule.validation: unknown {cfg.schedule.validation!r}; known: "
-                      "('server', 'clients')")
-  # 'clients' computes its own score on every adjustment round; 'server' reads the
-  # held-out evaluation, which must fall on those rounds.
-  if cfg.schedule.name == "adpfl" and cfg.schedule.get("validation", "server") == "server" \
-      and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
-    raise ConfigError(f"schedule.name='adpfl' with schedule.validation='server' reads the "
-                      f"test accuracy every schedule.adjust_every={cfg.schedule.adjust_every} "
-                      f"rounds: eval.every={cfg.eval.every} must divide it")
+
+
+def validate(cfg: ConfigDict) -> None:
+  """Checks values that do not need the data; raises :class:`ConfigError` naming the field.
+
+  The field rules first, then this module's cross-field checks, then each picked
+  mechanism's own (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`)."""
+  check_fields(cfg)
+  _check_client_epsilons(cfg)
+  _check_data_source(cfg)
+  _check_targets(cfg)
+  _check_owner(SELECTION_CHECKS, cfg)
+  _check_training(cfg)
+  _check_execution(cfg)
+  for module in OWNER_CHECKS:
+    _check_owner(module, cfg)
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")

@@ -75,6 +75,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_dp.data import heterogeneity
+from fedjax_dp.errors import ConfigError
 
 
 class SelectionRule(NamedTuple):
@@ -106,6 +107,9 @@ class SelectionRule(NamedTuple):
       (``'replace_one'``: the A-DPFL rules need equal label histograms and counts
       between neighbours, which no add/remove neighbour has); the run's accounting
       then uses it for every event (``PrivacyPlan.adjacency``).
+    check: ``(cfg) -> None`` refuses the rule's own fields out of range
+      (``server.clients_per_round``, ``server.q``) with a ConfigError naming the
+      field; :func:`check_config` calls it.
   """
 
   sample: Callable[..., np.ndarray]
@@ -118,6 +122,7 @@ class SelectionRule(NamedTuple):
   weights: Callable[..., np.ndarray] | None = None
   assumption: str | None = None
   relation: str | None = None
+  check: Callable[[Any], None] = lambda cfg: None
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -235,6 +240,20 @@ def _random_sampling(client_level: str):
   return sampling
 
 
+def _check_cohort(cfg) -> None:
+  """A rule that draws K clients: ``1 <= K <= U``."""
+  u, k = int(cfg.data.num_clients), int(cfg.server.clients_per_round)
+  if not 1 <= k <= u:
+    raise ConfigError(f"server.clients_per_round (K={k}) must be in [1, data.num_clients "
+                      f"(U={u})]")
+
+
+def _check_rate(cfg) -> None:
+  """Poisson selection: a rate ``0 < q <= 1``."""
+  if not 0.0 < float(cfg.server.q) <= 1.0:
+    raise ConfigError(f"server.q must be in (0, 1] for Poisson selection, got {cfg.server.q}")
+
+
 def _full(level, u, k, q):
   return {"sampling": "full"}
 
@@ -243,16 +262,19 @@ RULES: dict[str, SelectionRule] = {
     "uniform": SelectionRule(
         sample=_uniform, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=False, sampling=_random_sampling("fixed_size"),
-        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k),
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
+        check=_check_cohort),
     "poisson": SelectionRule(
         sample=_poisson, slots=lambda u, k, q: poisson_cap(u, q), q=lambda u, k, q: float(q),
         deterministic=False, sampling=_random_sampling("poisson"),
-        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: 0),
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: 0,
+        check=_check_rate),
     "round_robin": SelectionRule(
         sample=_round_robin, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
-        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k),
+        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
+        check=_check_cohort),
     "all": SelectionRule(
         sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
         deterministic=False, sampling=_full,
@@ -262,13 +284,13 @@ RULES: dict[str, SelectionRule] = {
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
         weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS,
-        relation="replace_one"),
+        relation="replace_one", check=_check_cohort),
     "wasserstein_sample": SelectionRule(
         sample=_wasserstein_sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
         weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS,
-        relation="replace_one"),
+        relation="replace_one", check=_check_cohort),
 }
 SELECTIONS = tuple(RULES)
 
@@ -282,3 +304,15 @@ def get_rule(name: str) -> SelectionRule:
   if name not in RULES:
     raise ValueError(f"server.selection: unknown {name!r}; known: {SELECTIONS}")
   return RULES[name]
+
+
+def check_config(cfg) -> None:
+  """The configured rule's own checks (:attr:`SelectionRule.check`); an unknown rule
+  is left to the config's field rules.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  rule = RULES.get(cfg.server.selection)
+  if rule is not None:
+    rule.check(cfg)

@@ -23,9 +23,12 @@ import pytest
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine, experiment, selection
+from fedjax_dp.audit import mechanisms as audit_mechanisms
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy import clip_modes
+from fedjax_dp.privacy.clip_modes import base as clip_base
+from fedjax_dp.privacy.clip_modes import update_l2
 from fedjax_dp.privacy.plan import make_privacy_plan
 
 N = 6          # examples per client
@@ -183,8 +186,9 @@ def test_adversarial_search_finds_the_active_set_flip():
 def test_step_release_within_plan_sensitivity(ord):
   """``'step'`` noises each step's sum of clipped gradients: 2 C for any parameters."""
   clip = 1.0
-  mode, mech = ("per_example_l2", "gaussian") if ord == 2 else ("per_example_l1", "laplace")
-  cfg = _cfg(**{"client.clip_mode": mode, "privacy.mechanism": mech,
+  name, mech = ("per_example_l2", "gaussian") if ord == 2 else ("per_example_l1", "laplace")
+  grad = clip_modes.get(name).grad  # the step's clipped sum, as the client computes it
+  cfg = _cfg(**{"client.clip_mode": name, "privacy.mechanism": mech,
                 "privacy.placement": "step", "client.local_steps": 3,
                 "data.num_clients": 1, "server.clients_per_round": 1})
   plan = make_privacy_plan(cfg, np.array([N]))
@@ -193,8 +197,8 @@ def test_step_release_within_plan_sensitivity(ord):
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2):
-    a = clipping.per_example_clipped_grad_sum(MODEL, params, x, y, mask, clip, ord)[0]
-    b = clipping.per_example_clipped_grad_sum(MODEL, params, x2, y2, mask, clip, ord)[0]
+    a = grad(MODEL, params, x, y, mask, clip, jnp.float32(N), 64)[0]
+    b = grad(MODEL, params, x2, y2, mask, clip, jnp.float32(N), 64)[0]
     return _dist(a, b, ord)
 
   d = np.asarray(moved(*_pairs(5, 0.5, clip)))
@@ -267,3 +271,89 @@ def test_central_poisson_normalized_refused_and_round_robin_smallest_cohort():
     make_privacy_plan(cfg, np.full(8, 4))
   rule = selection.get_rule("round_robin")
   assert rule.min_cohort(8, 3, 0.0) == 2
+
+
+# Every (clip mode, placement) the registry proves a sensitivity for, and the harness
+# test that searches it; a mode added to clip_modes.CLIP_MODES fails here until the
+# harness covers it.
+SEARCHED = {
+    **{(c[0], "upload", c[1]): "test_upload_release_within_plan_sensitivity"
+       for c in UPLOAD_CASES},
+    ("step_grad_l1", "upload", "laplace"): "test_step_grad_upload_within_client_level_sensitivity",
+    ("step_grad_l2", "upload", "gaussian"): "test_step_grad_upload_within_client_level_sensitivity",
+    ("per_example_l2", "step", "gaussian"): "test_step_release_within_plan_sensitivity",
+    ("per_example_l1", "step", "laplace"): "test_step_release_within_plan_sensitivity",
+    ("update_l2", "central", "gaussian"): "test_central_release_within_plan_sensitivity",
+}
+
+
+def test_every_registered_clip_mode_and_placement_is_searched():
+  want = {(name, p, "laplace" if p in mode.laplace else "gaussian")
+          for name, mode in clip_modes.CLIP_MODES.items() for p in mode.placements}
+  want |= {(name, p, "laplace") for name, mode in clip_modes.CLIP_MODES.items()
+           for p in mode.laplace}
+  assert want <= set(SEARCHED), sorted(want - set(SEARCHED))
+
+
+def _upload_moves(cfg, steps, lr, clip, ord, seed):
+  """``[TRIALS]`` how far the noiseless upload moves between neighbouring datasets
+  (:func:`_pairs`), computed by the client as the engine configures it."""
+  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+                             noise_placement="none")
+  hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
+                                jnp.float32(0), jnp.float32(0))
+  mask = jnp.ones(N, jnp.float32)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x, y, x2, y2, key):
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    return _dist(a, b, ord)
+
+  keys = jax.random.split(jax.random.PRNGKey(3), TRIALS)
+  return np.asarray(moved(*_pairs(seed, lr, clip), keys))
+
+
+def _half_update_mode() -> clip_modes.ClipMode:
+  """A clip mode written by the recipe (docs/architecture.md): the update clipped to
+  L2 norm C / 2, so the upload lies in a ball of radius C / 2 around the shared
+  global model and two neighbours' uploads differ by at most C."""
+
+  def clip_half(params, global_params, clip):
+    return update_l2.clip_update(params, global_params, clip / 2)
+
+  def sensitivity(placement, inputs):
+    """Two points of a ball of radius C / 2: ``C`` (replace-one, any data)."""
+    return np.full(inputs.num_clients, inputs.clip)
+
+  return clip_modes.ClipMode(
+      name="half_update_l2", summary="the update clipped to L2 norm C / 2 (a test)",
+      grad=clip_base.plain_grad, sensitivity=sensitivity, placements=("upload",),
+      after_local=clip_half, canary=clip_base.Canary(example_scale=1e4), norm=2)
+
+
+def test_a_clip_mode_added_by_the_recipe_runs_through_plan_client_and_audit(monkeypatch):
+  mode = _half_update_mode()
+  monkeypatch.setitem(clip_modes.CLIP_MODES, mode.name, mode)
+  lr, clip, steps = 0.5, 1.0, 2
+  sets = {"client.clip_mode": mode.name, "client.local_steps": steps, "client.lr": lr,
+          "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1}
+  cfg = _cfg(**sets)
+  config_lib.validate(cfg)  # the config's choices read the live registry
+  plan = make_privacy_plan(cfg, np.array([N]))
+  assert plan.sensitivity[0] == clip and plan.level == "example"
+  d = _upload_moves(cfg, steps, lr, clip, 2, seed=11)
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.5 * clip  # the bound is nearly reached, not vacuous
+  # A placement the mode has no proof for is refused, naming the field.
+  with pytest.raises(ValueError, match="client.clip_mode"):
+    make_privacy_plan(_cfg(**sets, **{"privacy.placement": "step"}), np.array([N]))
+  with pytest.raises(ValueError, match="privacy.mechanism='laplace'"):
+    make_privacy_plan(_cfg(**sets, **{"privacy.mechanism": "laplace"}), np.array([N]))
+  # The audit enumerates it from the registry, with its canary.
+  base = _cfg(**{"data.num_clients": 4, "server.clients_per_round": 2})
+  assert audit_mechanisms.accepted(base, {"client.clip_mode": mode.name,
+                                          "privacy.placement": "upload"})
+  assert not audit_mechanisms.accepted(base, {"client.clip_mode": mode.name,
+                                              "privacy.placement": "central"})

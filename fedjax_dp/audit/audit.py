@@ -97,6 +97,7 @@ from fedjax_dp import client as client_lib
 from fedjax_dp import engine
 from fedjax_dp.audit import estimators
 from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import plan as plan_lib
 
 PyTree = Any
@@ -456,16 +457,15 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   the ``in`` canary is then classified correctly and (flipped) the ``out`` one not, and
   the score moves by its whole sensitivity ``1 / N_sel`` between them."""
   plan = setup.privacy
+  hint = clip_modes.get(setup.round_cfg.client.clip_mode).canary
   sparse = options.sparse_canary
   if sparse is None:
     # L1 clipping bounds the L2 norm by C only for a gradient on one axis (the L1
     # ball's vertices), so L1 clip modes get the sparse canary whatever the noise.
-    sparse = plan.mechanism == "laplace" or plan.poisson_steps or \
-        setup.round_cfg.client.clip_mode in ("per_example_l1", "step_grad_l1")
+    sparse = plan.mechanism == "laplace" or plan.poisson_steps or hint.sparse
   scale = options.canary_scale
   if scale is None:
-    scale = 1e4 if level == "example" and setup.round_cfg.client.clip_mode in (
-        "param_l2", "update_l2") else 100.0
+    scale = hint.example_scale if level == "example" else 100.0
   pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
                      float(scale), sparse=bool(sparse), relation=relation)
   if params is None or setup.model.is_regression:

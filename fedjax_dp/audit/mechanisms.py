@@ -32,6 +32,7 @@ from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import engine
 from fedjax_dp import selection as selection_lib
+from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import mechanisms as mechanisms_lib
 from fedjax_dp.privacy import plan as plan_lib
 
@@ -39,7 +40,7 @@ from fedjax_dp.privacy import plan as plan_lib
 def axes() -> dict[str, tuple[str, ...]]:
   """Axis (config key) -> its values, each read now from the registry that defines it."""
   return {
-      "client.clip_mode": tuple(client_lib.CLIP_MODES),
+      "client.clip_mode": tuple(clip_modes.CLIP_MODES),
       "privacy.placement": tuple(mechanisms_lib.PLACEMENTS),
       "privacy.mechanism": tuple(mechanisms_lib.MECHANISMS),
       "client.minibatch": tuple(client_lib.MINIBATCHES),

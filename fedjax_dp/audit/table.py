@@ -32,6 +32,7 @@ from pathlib import Path
 from fedjax_dp import config as config_lib
 from fedjax_dp.audit import mechanisms as mechanisms_lib
 from fedjax_dp.audit.audit import AuditOptions, audit
+from fedjax_dp.privacy import clip_modes
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
@@ -55,9 +56,9 @@ L1_GEOMETRY_SETS = {"data.name": "lending_club", "model.name": "linear_regressio
 
 def audit_sets(m: dict[str, str]) -> dict[str, object]:
   """Settings of the audited config beyond the mechanism's own (:data:`L1_GEOMETRY_SETS`
-  for Laplace on an L2-clipped upload)."""
-  if m["privacy.mechanism"] == "laplace" and m["client.clip_mode"] in ("param_l2",
-                                                                       "update_l2"):
+  for Laplace on an L2-clipped upload: the clip mode's ``canary.l1_geometry``)."""
+  if m["privacy.mechanism"] == "laplace" and \
+      clip_modes.get(m["client.clip_mode"]).canary.l1_geometry:
     return dict(L1_GEOMETRY_SETS)
   return {}
 

@@ -173,76 +173,26 @@ class Event:
   sum_of_terms: bool = False
 
   def __post_init__(self):
-    def check_choice(name, value, choices):
-      if value not in choices:
-        raise ValueError(f"Event.{name} must be one of {choices}, got {value!r}")
-
-    check_choice("mechanism", self.mechanism, MECHANISMS)
-    check_choice("sampling", self.sampling, SAMPLINGS)
-    check_choice("relation", self.relation, RELATIONS)
-    check_choice("level", self.level, LEVELS)
-    check_choice("fixed_size_method", self.fixed_size_method, FIXED_SIZE_METHODS)
-
+    for name, choices in (("mechanism", MECHANISMS), ("sampling", SAMPLINGS),
+                          ("relation", RELATIONS), ("level", LEVELS),
+                          ("fixed_size_method", FIXED_SIZE_METHODS)):
+      if getattr(self, name) not in choices:
+        raise ValueError(f"Event.{name} must be one of {choices}, got "
+                         f"{getattr(self, name)!r}")
     z = _frozen_array("noise_multiplier", self.noise_multiplier)
     if z.size and (np.any(np.isnan(z)) or np.any(z <= 0)):
       raise ValueError("Event.noise_multiplier must be > 0 (sigma <= 0 gives no privacy; "
                        f"use inf for 'no release'); got min {np.nanmin(z) if z.size else z}")
-
-    q = self.q
-    if self.sampling == "fixed_size":
-      if (self.population is None) != (self.sample_size is None):
-        raise ValueError("Event.population and Event.sample_size must be given together")
-      if self.population is not None:
-        u, k = self.population, self.sample_size
-        if int(u) != u or int(k) != k or not 1 <= k <= u:
-          raise ValueError("Event.sample_size/population must be integers with "
-                           f"1 <= sample_size <= population, got {k}/{u}")
-        q_sizes = k / u
-        if q is not None and not np.allclose(q, q_sizes, rtol=1e-12, atol=0):
-          raise ValueError(f"Event.q={q} disagrees with sample_size/population={q_sizes}")
-        q = q_sizes
-      elif q is None:
-        raise ValueError("Event: sampling='fixed_size' needs population and sample_size "
-                         "(or q = K/U)")
-      if self.relation != "replace_one":
-        raise ValueError(
-            "Event: sampling='fixed_size' is accounted only under relation='replace_one' "
-            "(the population size stays public); express noise_multiplier against the "
-            "replace-one sensitivity (twice the add/remove one for clipped sums)")
-    else:
-      if self.population is not None or self.sample_size is not None:
-        raise ValueError("Event.population/sample_size are only used with sampling='fixed_size'")
-      if self.sampling in ("poisson", "selection"):
-        if q is None:
-          raise ValueError(f"Event.q is required for sampling={self.sampling!r}")
-      else:  # full, round_robin
-        if q is None:
-          q = 1.0
-        elif np.any(np.asarray(q) != 1):
-          raise ValueError(
-              f"Event.q must be 1 for sampling={self.sampling!r} (participation is "
-              "deterministic); use sampling='poisson'/'selection'/'fixed_size' for random "
-              "sampling, or 'participated' for round-robin turns")
+    q = _event_q(self)
     qa = _frozen_array("q", q)
     if qa.size and (np.any(np.isnan(qa)) or np.any(qa <= 0) or np.any(qa > 1)):
       raise ValueError(f"Event.q must be in (0, 1], got {q}")
-
     if self.sampling == "selection" and self.level != "example":
       raise ValueError("Event: sampling='selection' models client selection with "
                        "example-level adjacency; use level='example' (for client-level DP "
                        "use sampling='poisson' or 'fixed_size')")
-
     part = _frozen_array("participated", self.participated, dtype=bool)
-    count = np.array(self.count)
-    integral_floats = (count.dtype.kind == "f" and np.all(np.isfinite(count))
-                       and np.all(count == np.round(count)))
-    if count.dtype.kind not in "iub" and not integral_floats:
-      raise ValueError(f"Event.count must be a non-negative integer (array), got {self.count!r}")
-    count = count.astype(np.int64)
-    if np.any(count < 0):
-      raise ValueError(f"Event.count must be >= 0, got {self.count!r}")
-    count.setflags(write=False)
-
+    count = _event_count(self.count)
     try:
       np.broadcast_shapes(z.shape, qa.shape, part.shape, count.shape)
     except ValueError as err:
@@ -268,6 +218,68 @@ class Event:
   def is_subsampled(self) -> bool:
     """True when some unit's inclusion in the round is random (q < 1)."""
     return self.sampling in ("poisson", "fixed_size", "selection") and bool(np.any(self.q < 1))
+
+
+def _fixed_size_q(event: Event) -> Any:
+  """``q`` of a ``'fixed_size'`` event: ``K / U`` from its sizes (which must agree with a
+  given ``q``), or the given ``q``; refused outside replace-one."""
+  q = event.q
+  if (event.population is None) != (event.sample_size is None):
+    raise ValueError("Event.population and Event.sample_size must be given together")
+  if event.population is not None:
+    u, k = event.population, event.sample_size
+    if int(u) != u or int(k) != k or not 1 <= k <= u:
+      raise ValueError("Event.sample_size/population must be integers with "
+                       f"1 <= sample_size <= population, got {k}/{u}")
+    q_sizes = k / u
+    if q is not None and not np.allclose(q, q_sizes, rtol=1e-12, atol=0):
+      raise ValueError(f"Event.q={q} disagrees with sample_size/population={q_sizes}")
+    q = q_sizes
+  elif q is None:
+    raise ValueError("Event: sampling='fixed_size' needs population and sample_size "
+                     "(or q = K/U)")
+  if event.relation != "replace_one":
+    raise ValueError(
+        "Event: sampling='fixed_size' is accounted only under relation='replace_one' "
+        "(the population size stays public); express noise_multiplier against the "
+        "replace-one sensitivity (twice the add/remove one for clipped sums)")
+  return q
+
+
+def _event_q(event: Event) -> Any:
+  """The event's inclusion probability as given or implied by its sampling (unchecked
+  range); refuses fields that do not belong to the sampling."""
+  if event.sampling == "fixed_size":
+    return _fixed_size_q(event)
+  q = event.q
+  if event.population is not None or event.sample_size is not None:
+    raise ValueError("Event.population/sample_size are only used with sampling='fixed_size'")
+  if event.sampling in ("poisson", "selection"):
+    if q is None:
+      raise ValueError(f"Event.q is required for sampling={event.sampling!r}")
+    return q
+  if q is None:  # full, round_robin
+    return 1.0
+  if np.any(np.asarray(q) != 1):
+    raise ValueError(
+        f"Event.q must be 1 for sampling={event.sampling!r} (participation is "
+        "deterministic); use sampling='poisson'/'selection'/'fixed_size' for random "
+        "sampling, or 'participated' for round-robin turns")
+  return q
+
+
+def _event_count(value: Any) -> np.ndarray:
+  """``Event.count`` as a read-only int64 array (integral floats accepted)."""
+  count = np.array(value)
+  integral_floats = (count.dtype.kind == "f" and np.all(np.isfinite(count))
+                     and np.all(count == np.round(count)))
+  if count.dtype.kind not in "iub" and not integral_floats:
+    raise ValueError(f"Event.count must be a non-negative integer (array), got {value!r}")
+  count = count.astype(np.int64)
+  if np.any(count < 0):
+    raise ValueError(f"Event.count must be >= 0, got {value!r}")
+  count.setflags(write=False)
+  return count
 
 
 def history_batch_shape(history: Sequence[Event]) -> tuple[int, ...]:

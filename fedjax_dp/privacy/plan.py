@@ -35,11 +35,12 @@ upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-leve
 local step s. Minibatch steps are accounted without example-level subsampling
 amplification (conservative). The selection rule's event comes from
 :mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
-charged per client for the rounds it took part in. Each sensitivity is proved in
-:func:`upload_sensitivity` and :func:`central_sensitivity` for the replace-one
-adjacency the accountant assumes (and :func:`step_grad_sensitivity` for Fu et al.'s
-per-step gradient clipping); ``tests/test_sensitivity.py`` searches for
-neighbouring datasets that break them.
+charged per client for the rounds it took part in. Each sensitivity is proved, for
+the replace-one adjacency the accountant assumes, in its clip mode's file under
+:mod:`fedjax_dp.privacy.clip_modes` (``per_example_l2.upload_sensitivity``,
+``param_l2.ball_l1_sensitivity``, ``update_l2.central_sensitivity``,
+``step_grad_l2.step_grad_sensitivity``), which this plan looks the configured mode up
+in; ``tests/test_sensitivity.py`` searches for neighbouring datasets that break them.
 
 The noise scale of a constant schedule and the epsilon a formula claims come from
 the registry :data:`FORMULAS` (``privacy.formula``); the default, ``calibrated``,
@@ -57,7 +58,8 @@ import numpy as np
 
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.config import ConfigError
-from fedjax_dp.privacy import accounting, calibration, formulas
+from fedjax_dp.privacy import accounting, calibration, clip_modes, formulas, mechanisms
+from fedjax_dp.privacy.clip_modes import param_l2, per_example_l2, step_grad_l2, update_l2
 
 
 class AccountantState(NamedTuple):
@@ -241,100 +243,17 @@ FORMULAS: dict[str, Formula] = {
 }
 # Fu et al.'s formulas: the mechanism each is written for (spec section 2.3).
 FU_FORMULAS = {"fu_thm1": "laplace", "fu_thm2": "gaussian"}
-STEP_GRAD_MODES = ("step_grad_l1", "step_grad_l2")
+# The clip modes each paper's formulas are written for (their sensitivity Delta_s / Xi).
+FU_CLIP_MODES = ("step_grad_l1", "step_grad_l2")
+YUAN_CLIP_MODES = ("param_l2",)
 DEFAULT_FORMULA = "calibrated"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class PrivacyPlan:
-  """Mechanism + sensitivity + sampling + accounting of one run.
+class _PlanEvents:
+  """The accounting events of a :class:`PrivacyPlan` (one round, the validation
+  release, a Poisson-minibatch round, a whole constant schedule); reads the plan's
+  fields."""
 
-  Attributes:
-    mechanism: ``'gaussian'`` or ``'laplace'``.
-    placement: ``'upload'``, ``'step'``, ``'central'`` or ``'none'``.
-    formula: how the noise scale is set (a key of :data:`FORMULAS`).
-    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise, and an infinite
-      certified epsilon for that client as soon as it releases).
-    delta: target delta.
-    q: per-round marginal selection probability of a client.
-    selection: a rule of :data:`fedjax_dp.selection.RULES`.
-    sensitivity: ``[U]`` sensitivity of each client's noised release (of the
-      aggregate, for ``'central'``).
-    steps: noised releases per selected round (E for ``'step'``, else 1).
-    noise_multiplier: z for ``formula='noise_multiplier'``.
-    num_clients: U.
-    clients_per_round: K.
-    rounds: the configured horizon T.
-    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise and
-      its claim with, when it differs from the true ``sensitivity`` (Yuan:
-      ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``); ``None``: the true one.
-    level: the privacy unit the release's sensitivity is proved for:
-      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
-      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
-    minibatch: ``client.minibatch``; ``'poisson'`` switches the accounting to
-      :meth:`poisson_step_event` (add/remove, Poisson-subsampled Gaussian per step).
-    batch_q: ``[U]`` the per-step inclusion rate ``q_i = min(1, B / |D_i|)``
-      (``'poisson'`` only).
-    clip_rule: ``server.clip_rule`` (central placement): ``'fixed'`` and
-      ``'private_median'`` are certified by the events below; ``'median'`` (Geyer et
-      al. 2017 as printed) clips to a data-dependent bound, so its release has no
-      provable sensitivity: the certified epsilon is ``inf`` and the accountant's
-      value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
-    validation: ``'clients'`` when the schedule (``adpfl``) releases a noisy accuracy
-      on the selected clients' data after its adjustment rounds (charged by
-      :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
-    val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
-    adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
-      and used by every event it composes (``'replace_one'``, or ``'add_remove'``
-      for Poisson minibatches under a selection rule that allows it).
-  """
-
-  mechanism: str
-  placement: str
-  formula: str
-  epsilon: np.ndarray
-  delta: float
-  q: float
-  selection: str
-  sensitivity: np.ndarray
-  steps: int
-  noise_multiplier: float
-  num_clients: int
-  clients_per_round: int
-  rounds: int
-  claimed_sensitivity: np.ndarray | None = None
-  level: str = "example"
-  minibatch: str = "shuffle"
-  batch_q: np.ndarray | None = None
-  clip_rule: str = "fixed"
-  validation: str = "server"
-  val_noise_multiplier: float = 1.0
-  adjacency: str = "replace_one"
-
-  @property
-  def target_epsilon(self) -> float:
-    return float(np.min(self.epsilon))
-
-  @property
-  def noiseless(self) -> bool:
-    return self.placement == "none" or bool(np.all(np.isinf(self.epsilon)))
-
-  @property
-  def rule(self) -> selection_lib.SelectionRule:
-    return selection_lib.get_rule(self.selection)
-
-  # --------------------------------------------------------------- noise
-  def noise_scale(self, rounds: int) -> np.ndarray:
-    """``[U]`` per-client noise scale (std, or Laplace b) for a constant schedule of
-    ``rounds`` rounds, from the configured formula (0 where the target is inf)."""
-    if self.noiseless:
-      return np.zeros(self.num_clients)
-    finite = np.isfinite(self.epsilon)
-    eps = np.where(finite, self.epsilon, 1.0)
-    scale = FORMULAS[self.formula].noise_scale(self, eps, rounds)
-    return np.where(finite, scale, 0.0)
-
-  # --------------------------------------------------------------- accounting
   def event(self, z: np.ndarray, participated: Any = True,
             val_multiplier: float | None = None) -> accounting.Event:
     """The accounting event of one round for noise multipliers ``z [U]`` (scale /
@@ -435,6 +354,12 @@ class PrivacyPlan:
       return self.event(z).replace(count=count * self.steps)
     return self.event(z).replace(count=count)
 
+
+
+class _PlanAccountant:
+  """The host-side accountant of a :class:`PrivacyPlan`: composes each round's event
+  and reports certified and claimed epsilons; reads the plan's fields."""
+
   def accountant_init(self) -> AccountantState:
     return AccountantState(accounting.rdp_init((self.num_clients,)),
                            np.zeros(self.num_clients), 0, np.zeros(self.num_clients))
@@ -444,29 +369,6 @@ class PrivacyPlan:
     """Whether each round is a pure-DP Laplace release charged to the clients that
     took part (no sampling amplification), so basic composition certifies it."""
     return self.mechanism == "laplace" and (self.rule.deterministic or self.q >= 1)
-
-  def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
-                   ) -> tuple[np.ndarray, float]:
-    """Maps a schedule's per-client noise to what the engine adds.
-
-    Schedules speak in per-client scales ``[U]`` (every client's release has the same
-    sensitivity under ``'central'``); with central placement the server adds that
-    scale once to the aggregate and clients add nothing.
-
-    Returns:
-      ``(client_noise [U], central_noise)``.
-    """
-    noise = np.asarray(noise, np.float64)
-    if self.placement == "central":
-      return np.zeros_like(noise), float(max(central_noise, np.max(noise, initial=0.0)))
-    return noise, float(central_noise)
-
-  def multipliers(self, noise: np.ndarray, central_noise: float) -> np.ndarray:
-    """``[U]`` noise multipliers of a round's plan (``inf`` where no noise)."""
-    scale = np.full(self.num_clients, float(central_noise)) if self.placement == "central" \
-        else np.asarray(noise, np.float64)
-    with np.errstate(divide="ignore"):
-      return np.where(scale > 0, scale / self.sensitivity, np.inf)
 
   def participation(self, selected: np.ndarray | None) -> np.ndarray:
     """``[U]`` bool: who may have released this round. ``selected`` are the ids of the
@@ -568,6 +470,119 @@ class PrivacyPlan:
       return float(np.max(self._rdp_epsilons(state)))
     return self.certified_epsilon(state) if claimed is None else claimed(self, state)
 
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PrivacyPlan(_PlanEvents, _PlanAccountant):
+  """Mechanism + sensitivity + sampling + accounting of one run.
+
+  Attributes:
+    mechanism: ``'gaussian'`` or ``'laplace'``.
+    placement: ``'upload'``, ``'step'``, ``'central'`` or ``'none'``.
+    formula: how the noise scale is set (a key of :data:`FORMULAS`).
+    epsilon: ``[U]`` per-client target epsilon (``inf``: no noise, and an infinite
+      certified epsilon for that client as soon as it releases).
+    delta: target delta.
+    q: per-round marginal selection probability of a client.
+    selection: a rule of :data:`fedjax_dp.selection.RULES`.
+    sensitivity: ``[U]`` sensitivity of each client's noised release (of the
+      aggregate, for ``'central'``).
+    steps: noised releases per selected round (E for ``'step'``, else 1).
+    noise_multiplier: z for ``formula='noise_multiplier'``.
+    num_clients: U.
+    clients_per_round: K.
+    rounds: the configured horizon T.
+    claimed_sensitivity: ``[U]`` the sensitivity a paper's formula sizes its noise and
+      its claim with, when it differs from the true ``sensitivity`` (Yuan:
+      ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``); ``None``: the true one.
+    level: the privacy unit the release's sensitivity is proved for:
+      ``'example'`` (one record of a client) or ``'client'`` (a client's whole
+      dataset: ``'central'`` placement and the ``step_grad_*`` clip modes).
+    minibatch: ``client.minibatch``; ``'poisson'`` switches the accounting to
+      :meth:`poisson_step_event` (add/remove, Poisson-subsampled Gaussian per step).
+    batch_q: ``[U]`` the per-step inclusion rate ``q_i = min(1, B / |D_i|)``
+      (``'poisson'`` only).
+    clip_rule: ``server.clip_rule`` (central placement): ``'fixed'`` and
+      ``'private_median'`` are certified by the events below; ``'median'`` (Geyer et
+      al. 2017 as printed) clips to a data-dependent bound, so its release has no
+      provable sensitivity: the certified epsilon is ``inf`` and the accountant's
+      value for a fixed bound is reported as the claimed one (:data:`MEDIAN_REASON`).
+    validation: ``'clients'`` when the schedule (``adpfl``) releases a noisy accuracy
+      on the selected clients' data after its adjustment rounds (charged by
+      :meth:`event` with ``val_multiplier``), else ``'server'`` (nothing released).
+    val_noise_multiplier: ``z_val`` of that release (noise std ``z_val / N_sel``).
+    adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
+      and used by every event it composes (``'replace_one'``, or ``'add_remove'``
+      for Poisson minibatches under a selection rule that allows it).
+  """
+
+  mechanism: str
+  placement: str
+  formula: str
+  epsilon: np.ndarray
+  delta: float
+  q: float
+  selection: str
+  sensitivity: np.ndarray
+  steps: int
+  noise_multiplier: float
+  num_clients: int
+  clients_per_round: int
+  rounds: int
+  claimed_sensitivity: np.ndarray | None = None
+  level: str = "example"
+  minibatch: str = "shuffle"
+  batch_q: np.ndarray | None = None
+  clip_rule: str = "fixed"
+  validation: str = "server"
+  val_noise_multiplier: float = 1.0
+  adjacency: str = "replace_one"
+
+  @property
+  def target_epsilon(self) -> float:
+    return float(np.min(self.epsilon))
+
+  @property
+  def noiseless(self) -> bool:
+    return self.placement == "none" or bool(np.all(np.isinf(self.epsilon)))
+
+  @property
+  def rule(self) -> selection_lib.SelectionRule:
+    return selection_lib.get_rule(self.selection)
+
+  # --------------------------------------------------------------- noise
+  def noise_scale(self, rounds: int) -> np.ndarray:
+    """``[U]`` per-client noise scale (std, or Laplace b) for a constant schedule of
+    ``rounds`` rounds, from the configured formula (0 where the target is inf)."""
+    if self.noiseless:
+      return np.zeros(self.num_clients)
+    finite = np.isfinite(self.epsilon)
+    eps = np.where(finite, self.epsilon, 1.0)
+    scale = FORMULAS[self.formula].noise_scale(self, eps, rounds)
+    return np.where(finite, scale, 0.0)
+
+  def device_noise(self, noise: np.ndarray, central_noise: float = 0.0
+                   ) -> tuple[np.ndarray, float]:
+    """Maps a schedule's per-client noise to what the engine adds.
+
+    Schedules speak in per-client scales ``[U]`` (every client's release has the same
+    sensitivity under ``'central'``); with central placement the server adds that
+    scale once to the aggregate and clients add nothing.
+
+    Returns:
+      ``(client_noise [U], central_noise)``.
+    """
+    noise = np.asarray(noise, np.float64)
+    if self.placement == "central":
+      return np.zeros_like(noise), float(max(central_noise, np.max(noise, initial=0.0)))
+    return noise, float(central_noise)
+
+  def multipliers(self, noise: np.ndarray, central_noise: float) -> np.ndarray:
+    """``[U]`` noise multipliers of a round's plan (``inf`` where no noise)."""
+    scale = np.full(self.num_clients, float(central_noise)) if self.placement == "central" \
+        else np.asarray(noise, np.float64)
+    with np.errstate(divide="ignore"):
+      return np.where(scale > 0, scale / self.sensitivity, np.inf)
+
   def describe(self) -> dict[str, Any]:
     """A JSON-able summary for ``summary.json``: the accounting event, whether the
     selection is amplified, and what the certified epsilon assumes beyond the
@@ -647,129 +662,94 @@ def local_learning_rates(cfg) -> np.ndarray:
   return float(cfg.client.lr) * float(cfg.client.lr_decay) ** np.arange(steps)
 
 
-def upload_sensitivity(clip: float, lrs: np.ndarray, batch: np.ndarray) -> np.ndarray:
-  """``[U]`` replace-one sensitivity of a client's final model after E local steps of
-  clipped-gradient descent (per-example clipping, L2 or L1, norm C), no noise inside.
-
-  ``Delta_i = 2 C (eta_1 / b_i + sum_{s>=2} eta_s)``.
-
-  Proof (for any norm whose ball the clipping projects on; L2 or L1). Let D, D'
-  differ in one example of client i, and w_s, w'_s the two runs' parameters before
-  step s (w_1 = w'_1, the global model). A step is
-  ``w_{s+1} = w_s - eta_s (g_s(w_s) + kappa w_s)`` with ``g_s`` the mean over the b_i
-  examples of the step's batch of per-example gradients clipped to norm C, and the
-  batch drawn from a key that does not depend on the data. At step 1 only the
-  replaced example's clipped gradient differs: ``||g_1 - g'_1|| <= 2 C / b_i``. At
-  a later step the parameters already differ, so every example's gradient may
-  differ (B1 of the trust review: a flipped hinge active set), but each clipped
-  mean lies in the ball of radius C: ``||g_s(w_s) - g'_s(w'_s)|| <= 2 C``. With
-  ``|1 - eta_s kappa| <= 1`` (checked by :func:`make_privacy_plan`),
-  ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s|| + eta_s ||g_s - g'_s||``; summing over s
-  gives the bound. For E = 1 it is Wei et al.'s eq. (13), ``2 eta C / |D_i|``.
-
-  Args:
-    clip: C.
-    lrs: ``[E]`` the local step sizes.
-    batch: ``[U]`` examples per step b_i.
-  """
-  lrs = np.asarray(lrs, np.float64)
-  return 2.0 * clip * (lrs[0] / np.asarray(batch, np.float64) + np.sum(lrs[1:]))
+# The sensitivities live with their clip modes (fedjax_dp/privacy/clip_modes/); these
+# names stay importable from here.
+upload_sensitivity = per_example_l2.upload_sensitivity
+param_l1_sensitivity = param_l2.ball_l1_sensitivity
+step_grad_sensitivity = step_grad_l2.step_grad_sensitivity
+central_sensitivity = update_l2.central_sensitivity
 
 
-def param_l1_sensitivity(clip: float, num_params: int) -> float:
-  """Replace-one L1 sensitivity of a ``param_l2`` or ``update_l2`` upload: ``2 C sqrt(d)``.
-
-  Proof. Whatever the data, the upload ``w`` (``param_l2``: projected onto the L2 ball
-  of radius C after every local step, so also after the last) or the update ``w - w_0``
-  (``update_l2``, with ``w_0`` the global model both runs share) lies in the L2 ball of
-  radius C, so two runs on neighbouring datasets differ by ``||x||_2 <= 2 C``. For
-  ``x`` in R^d, Cauchy-Schwarz with the all-ones vector gives
-  ``||x||_1 = <|x|, 1> <= ||x||_2 sqrt(d)``, hence ``||x||_1 <= 2 C sqrt(d)`` for every
-  local step count, batch and learning rate. (Tight up to the ball: ``x = 2 C 1 / sqrt(d)``.)
-
-  Args:
-    clip: C.
-    num_params: d, the number of model parameters (every leaf is noised).
-  """
-  if num_params < 1:
-    raise ValueError(f"num_params must be >= 1, got {num_params}")
-  return 2.0 * clip * math.sqrt(num_params)
+def _targets(cfg, u: int) -> np.ndarray:
+  """``[U]`` per-client target epsilons (``privacy.client_epsilons`` cycled, or one)."""
+  if len(cfg.privacy.client_epsilons):
+    return np.resize(np.asarray(cfg.privacy.client_epsilons, np.float64), u)
+  return np.full(u, float(cfg.privacy.epsilon))
 
 
-def step_grad_sensitivity(clip: float, lrs: np.ndarray, num_clients: int) -> np.ndarray:
-  """``[U]`` replace-one CLIENT-level sensitivity of the model a client uploads after E
-  local steps that each clip the step's mean gradient to norm C (``step_grad_l1`` /
-  ``step_grad_l2``; Fu et al. Alg. 1 with eq. (Clip)): ``Delta = 2 C sum_s eta_s``.
-
-  Proof (in the clip's norm; L1 for Laplace, L2 for Gaussian; an L1 bound is also an
-  L2 bound). Neighbours replace client i's whole dataset D_i by any D'_i (the unit is
-  the client). Step s is ``w_{s+1} = w_s - eta_s (g_s + kappa w_s)`` with
-  ``||g_s|| <= C`` whatever the data and the parameters (the clip rescales the
-  step's gradient into the ball of radius C), and the minibatch indices (if any)
-  come from a key that does not depend on the data. Both runs start at the
-  broadcast global model, so with ``|1 - eta_s kappa| <= 1`` (checked by
-  :func:`make_privacy_plan`) ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s||
-  + eta_s ||g_s - g'_s|| <= ||w_s - w'_s|| + 2 eta_s C``; summing over the E steps
-  gives the bound. With a constant rate it is ``2 eta E C``: twice the paper's
-  ``Xi = eta~ E zeta`` (Theorems 1/2), whose proof compares gradients at different
-  points and drops the factor 2 (spec ``fu_practicality.md`` section 6, A7); the
-  certified epsilon uses this corrected value.
-
-  Args:
-    clip: C (``zeta``).
-    lrs: ``[E]`` the local step sizes.
-    num_clients: U.
-  """
-  return np.full(num_clients, 2.0 * clip * float(np.sum(np.asarray(lrs, np.float64))))
+def _check_known(cfg) -> clip_modes.ClipMode:
+  """The run's clip mode, after refusing an unknown formula, rule or mode by name."""
+  if cfg.privacy.formula not in FORMULAS:
+    raise ValueError(f"privacy.formula: unknown {cfg.privacy.formula!r}; known: "
+                     f"{tuple(FORMULAS)}")
+  selection_lib.get_rule(cfg.server.selection)  # an unknown rule raises, naming the field
+  mode = clip_modes.get(cfg.client.clip_mode)
+  mode.check(cfg)
+  return mode
 
 
-def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_name: str,
-                        clients_per_round: int, q: float) -> float:
-  """Replace-one (client level) sensitivity of the aggregate that the server noises.
-
-  Each client uploads ``w_i`` with ``||w_i - w|| <= C`` (``update_l2`` clipping), so
-  replacing client i's data moves its upload by at most 2 C and the aggregate by
-  ``2 C p_i``, where ``p_i`` is its weight; the bound is ``2 C max p_i`` over every
-  cohort the rule can draw:
-
-  * ``'unnormalized'``: ``p_i = |D_i| / |D|``;
-  * ``'fixed'``: ``p_i = |D_i| / (f |D|)`` (f the expected share; DP-FedAvg);
-  * ``'normalized'``: ``p_i = |D_i| / sum_{j in S} |D_j|``, largest for the largest
-    client among the smallest cohort the rule can draw (its ``min_cohort`` size).
-    A rule that can draw a cohort of one (Poisson) gives ``p_i = 1``: such a run
-    would need the noise of one client per round, so it is refused instead.
-
-  Assumption: the client sizes ``|D_i|`` (hence every ``p_i``) are public and equal
-  between neighbours, as replace-one of a client's data with a dataset of the same
-  size gives; a neighbour that changes ``|D_i|`` moves every weight and is not covered.
+def _release_sensitivity(cfg, mode: clip_modes.ClipMode,
+                         inputs: clip_modes.SensitivityInputs) -> np.ndarray:
+  """``[U]`` the sensitivity of what ``placement`` noises, from the clip mode.
 
   Raises:
-    ValueError: ``'normalized'`` with a rule whose cohort size is random.
+    ValueError: an unknown placement, or one the mode has no proof for.
   """
-  counts = np.asarray(counts, np.float64)
-  u = counts.size
-  if aggregation == "unnormalized":
-    return 2.0 * clip * float(np.max(counts) / np.sum(counts))
-  if aggregation == "fixed":
-    return 2.0 * clip * float(np.max(counts) / (q * np.sum(counts)))
-  rule = selection_lib.get_rule(rule_name)
-  k = rule.min_cohort(u, clients_per_round, q)
-  if k < 1:
-    raise ValueError(
-        "privacy.placement='central' with server.selection='poisson' and "
-        "server.aggregation='normalized' has no useful sensitivity: the aggregate is "
-        "divided by the realised cohort's total, so a small draw makes one client's "
-        "weight up to 1 while the noise is sized for K clients. Use "
-        "server.aggregation='fixed' (divide by the expected total q sum |D_i|, as "
-        "DP-FedAvg) or server.selection='uniform'")
-  smallest = np.sort(counts)[:k]
-  return 2.0 * clip * float(np.max(counts) / (np.sum(smallest) - smallest[-1]
-                                              + np.max(counts)))
+  placement = cfg.privacy.placement
+  if placement == "none":
+    return np.ones(inputs.num_clients)
+  if placement not in mechanisms.PLACEMENTS:
+    raise ValueError(f"privacy.placement: unknown {placement!r}")
+  if placement not in mode.placements:
+    why = (": without clipping the release has no bounded sensitivity" if not mode.placements
+           else f": no sensitivity of that release is proved for {mode.name!r}")
+    raise ValueError(f"privacy.placement={placement!r} needs client.clip_mode in "
+                     f"{', '.join(clip_modes.supporting(placement))} (got {mode.name!r})"
+                     + why)
+  return np.asarray(mode.sensitivity(placement, inputs), np.float64)
+
+
+def _check_laplace(cfg, mode: clip_modes.ClipMode, eps: np.ndarray) -> None:
+  """Laplace noise needs an L1 sensitivity: refuses modes/placements without one."""
+  placement = cfg.privacy.placement
+  if cfg.privacy.mechanism != "laplace" or placement == "none" \
+      or placement in mode.laplace or not np.any(np.isfinite(eps)):
+    return
+  where = ", or ".join(
+      f"privacy.placement={p!r} with client.clip_mode in "
+      f"{', '.join(clip_modes.supporting(p, laplace=True))}"
+      for p in mechanisms.PLACEMENTS if clip_modes.supporting(p, laplace=True))
+  raise ValueError(f"privacy.mechanism='laplace' needs L1 sensitivity: use {where} (got "
+                   f"{placement!r}, {mode.name!r})")
+
+
+def _claimed_sensitivity(cfg, counts: np.ndarray, lrs: np.ndarray) -> np.ndarray | None:
+  """``[U]`` the sensitivity a paper's formula sizes its noise with (Yuan et al.:
+  ``2 C / |D_k|``; Fu et al.: ``Xi = eta~ E zeta``), after refusing a Yuan formula
+  outside Algorithm 1; None for the other formulas."""
+  formula, placement = cfg.privacy.formula, cfg.privacy.placement
+  clip = float(cfg.client.clip)
+  if formula in YUAN_FORMULAS and placement != "none":
+    if placement != "upload" or cfg.client.clip_mode not in YUAN_CLIP_MODES:
+      raise ValueError(f"privacy.formula={formula!r} is Yuan et al.'s Algorithm 1: it needs "
+                       f"privacy.placement='upload' and client.clip_mode='param_l2' (got "
+                       f"{placement!r}, {cfg.client.clip_mode!r})")
+    if cfg.privacy.mechanism != YUAN_FORMULAS[formula]:
+      raise ValueError(f"privacy.formula={formula!r} calibrates "
+                       f"{YUAN_FORMULAS[formula]} noise: set privacy.mechanism="
+                       f"{YUAN_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
+    return np.asarray(formulas.yuan_sensitivity(clip, counts), np.float64)
+  if formula in FU_FORMULAS:
+    return np.full(counts.size, float(formulas.fu_sensitivity(
+        float(np.max(lrs)), int(cfg.client.local_steps), clip)))
+  return None
 
 
 def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) -> PrivacyPlan:
   """Builds the :class:`PrivacyPlan` of a config for clients with ``counts [U]`` examples.
 
+  The clip mode (:mod:`fedjax_dp.privacy.clip_modes`) gives the sensitivity of the
+  release at the configured placement and the privacy unit of its events.
   ``num_params`` (d) is needed only for Laplace noise on ``param_l2``/``update_l2``
   uploads, whose L1 sensitivity is :func:`param_l1_sensitivity`.
 
@@ -779,22 +759,14 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   """
   counts = np.asarray(counts, np.float64)
   u = counts.size
-  placement, clip_mode = cfg.privacy.placement, cfg.client.clip_mode
-  if cfg.privacy.formula not in FORMULAS:
-    raise ValueError(f"privacy.formula: unknown {cfg.privacy.formula!r}; known: "
-                     f"{tuple(FORMULAS)}")
-  selection_lib.get_rule(cfg.server.selection)  # an unknown rule raises, naming the field
-  eps = np.full(u, float(cfg.privacy.epsilon))
-  if len(cfg.privacy.client_epsilons):
-    eps = np.resize(np.asarray(cfg.privacy.client_epsilons, np.float64), u)
-  clip = float(cfg.client.clip)
+  placement = cfg.privacy.placement
+  mode = _check_known(cfg)
+  eps = _targets(cfg, u)
   steps = int(cfg.client.local_steps)
   lrs = local_learning_rates(cfg)
   q = selection_probability(cfg)
   batch = np.minimum(counts, cfg.client.batch_size) if cfg.client.batch_size else counts
-  per_example = clip_mode in ("per_example_l2", "per_example_l1")
-  step_grad = clip_mode in STEP_GRAD_MODES
-  _check_fu(cfg, step_grad)
+  _check_fu(cfg)
   minibatch = cfg.client.get("minibatch", "shuffle")
   clip_rule = cfg.server.get("clip_rule", "fixed")
   _check_clip_rule(cfg, clip_rule)
@@ -802,70 +774,12 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   if minibatch == "poisson":
     _check_poisson(cfg)
     batch_q = np.minimum(1.0, float(cfg.client.batch_size) / np.maximum(counts, 1.0))
-  if placement == "none":
-    sens = np.ones(u)
-  elif placement == "upload":
-    if per_example or step_grad:
-      if steps > 1 and float(cfg.client.l2_reg) * float(np.max(lrs)) > 2.0:
-        raise ValueError(
-            "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
-            "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
-            "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
-      sens = (step_grad_sensitivity(clip, lrs, u) if step_grad
-              else upload_sensitivity(clip, lrs, batch))
-    elif clip_mode in ("param_l2", "update_l2"):
-      if cfg.privacy.mechanism == "laplace":
-        if num_params is None:
-          raise ValueError(f"privacy.mechanism='laplace' with client.clip_mode={clip_mode!r}: "
-                           "the L1 sensitivity 2 C sqrt(d) needs the model's parameter "
-                           "count (make_privacy_plan(..., num_params=d))")
-        sens = np.full(u, param_l1_sensitivity(clip, int(num_params)))
-      else:
-        sens = np.full(u, 2.0 * clip)
-    else:
-      raise ValueError("privacy.placement='upload' needs client.clip_mode in per_example_l2, "
-                       f"per_example_l1, param_l2, update_l2 or step_grad_* (got {clip_mode!r}): without "
-                       "clipping the upload has no bounded sensitivity")
-  elif placement == "step":
-    if not per_example:
-      raise ValueError("privacy.placement='step' needs a per-example client.clip_mode, "
-                       f"got {clip_mode!r}")
-    # Poisson minibatches: C, one clipped gradient, the unit of DP-SGD's noise
-    # multiplier (the sum moves by C under add/remove and by 2 C under replace-one,
-    # which PrivacyPlan.poisson_step_event accounts); fixed-size batches: replace-one, 2 C.
-    sens = np.full(u, clip if minibatch == "poisson" else 2.0 * clip)
-  elif placement == "central":
-    if clip_mode != "update_l2":
-      raise ValueError("privacy.placement='central' needs client.clip_mode='update_l2', "
-                       f"got {clip_mode!r}")
-    sens = np.full(u, central_sensitivity(clip, counts, cfg.server.aggregation,
-                                          cfg.server.selection,
-                                          int(cfg.server.clients_per_round), q))
-  else:
-    raise ValueError(f"privacy.placement: unknown {placement!r}")
-  laplace_ok = clip_mode in ("per_example_l1", "step_grad_l1") or (
-      placement == "upload" and clip_mode in ("param_l2", "update_l2"))
-  if cfg.privacy.mechanism == "laplace" and not laplace_ok \
-      and placement != "none" and np.any(np.isfinite(eps)):
-    raise ValueError("privacy.mechanism='laplace' needs L1 sensitivity: use "
-                     "client.clip_mode='per_example_l1' or 'step_grad_l1', or "
-                     "privacy.placement='upload' with "
-                     f"client.clip_mode in param_l2, update_l2 (got {placement!r}, "
-                     f"{clip_mode!r})")
-  claimed_sens = None
-  formula = cfg.privacy.formula
-  if formula in YUAN_FORMULAS and placement != "none":
-    if placement != "upload" or clip_mode != "param_l2":
-      raise ValueError(f"privacy.formula={formula!r} is Yuan et al.'s Algorithm 1: it needs "
-                       "privacy.placement='upload' and client.clip_mode='param_l2' (got "
-                       f"{placement!r}, {clip_mode!r})")
-    if cfg.privacy.mechanism != YUAN_FORMULAS[formula]:
-      raise ValueError(f"privacy.formula={formula!r} calibrates "
-                       f"{YUAN_FORMULAS[formula]} noise: set privacy.mechanism="
-                       f"{YUAN_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
-    claimed_sens = np.asarray(formulas.yuan_sensitivity(clip, counts), np.float64)
-  if formula in FU_FORMULAS:
-    claimed_sens = np.full(u, float(formulas.fu_sensitivity(float(np.max(lrs)), steps, clip)))
+  sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
+      clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
+      mechanism=cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
+      cfg=cfg))
+  _check_laplace(cfg, mode, eps)
+  claimed_sens = _claimed_sensitivity(cfg, counts, lrs)
   plan = PrivacyPlan(
       mechanism=cfg.privacy.mechanism, placement=placement, formula=cfg.privacy.formula,
       epsilon=eps, delta=float(cfg.privacy.delta), q=q,
@@ -873,8 +787,7 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       steps=steps if placement == "step" else 1,
       noise_multiplier=float(cfg.privacy.noise_multiplier), num_clients=u,
       clients_per_round=int(cfg.server.clients_per_round), rounds=int(cfg.rounds),
-      claimed_sensitivity=claimed_sens,
-      level="client" if step_grad and placement == "upload" else "example",
+      claimed_sensitivity=claimed_sens, level=mode.level(placement),
       minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule,
       validation=validation_mode(cfg), val_noise_multiplier=float(
           cfg.schedule.get("val_noise_multiplier", 1.0)), adjacency=run_adjacency(cfg))
@@ -956,7 +869,7 @@ def check_validation(cfg, plan: PrivacyPlan | None = None) -> None:
                       f"composed with the round's Gaussian: privacy.mechanism must be "
                       f"'gaussian', got {cfg.privacy.mechanism!r}; use "
                       "schedule.validation='server'")
-  if cfg.privacy.placement == "central" or cfg.client.clip_mode in STEP_GRAD_MODES:
+  if clip_modes.get(cfg.client.clip_mode).level(cfg.privacy.placement) == "client":
     raise ConfigError("schedule.validation='clients' has an example-level sensitivity "
                       "(1 / N_sel) that does not compose with a client-level round "
                       f"(privacy.placement={cfg.privacy.placement!r}, client.clip_mode="
@@ -1006,12 +919,13 @@ def _check_clip_rule(cfg, clip_rule: str) -> None:
                       "['fixed', 'median', 'private_median']")
   if clip_rule == "fixed":
     return
-  if cfg.client.clip_mode != "update_l2" or cfg.privacy.placement not in ("central",
-                                                                          "none"):
+  if not clip_modes.get(cfg.client.clip_mode).server_clip or \
+      cfg.privacy.placement not in ("central", "none"):
+    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.server_clip]
     raise ConfigError(f"server.clip_rule={clip_rule!r} clips the clients' updates at the "
                       "server: it needs privacy.placement='central' and "
-                      f"client.clip_mode='update_l2' (got {cfg.privacy.placement!r}, "
-                      f"{cfg.client.clip_mode!r})")
+                      f"client.clip_mode in {', '.join(modes)} (got "
+                      f"{cfg.privacy.placement!r}, {cfg.client.clip_mode!r})")
   if cfg.privacy.mechanism != "gaussian":
     raise ConfigError(f"server.clip_rule={clip_rule!r} is written for Gaussian noise "
                       f"(got privacy.mechanism={cfg.privacy.mechanism!r})")
@@ -1043,8 +957,9 @@ def _check_poisson(cfg) -> None:
     raise ConfigError("client.minibatch='poisson' is accounted for DP-SGD inside the "
                       "clients: it needs privacy.placement='step' (or 'none'), got "
                       f"{placement!r}")
-  if cfg.client.clip_mode != "per_example_l2":
-    raise ConfigError("client.minibatch='poisson' needs client.clip_mode='per_example_l2' "
+  if not clip_modes.get(cfg.client.clip_mode).poisson_steps:
+    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.poisson_steps]
+    raise ConfigError(f"client.minibatch='poisson' needs client.clip_mode in {modes} "
                       f"(the subsampled Gaussian's L2 sensitivity C), got "
                       f"{cfg.client.clip_mode!r}")
   if cfg.privacy.mechanism != "gaussian":
@@ -1056,7 +971,7 @@ def _check_poisson(cfg) -> None:
                       f"minibatches; use one of {POISSON_FORMULAS}")
 
 
-def _check_fu(cfg, step_grad: bool) -> None:
+def _check_fu(cfg) -> None:
   """Refuses Fu et al.'s formulas outside the setting their bound is proved for.
 
   ``fu_thm1``/``fu_thm2`` size the noise for ``T_l`` releases of the update of E
@@ -1070,9 +985,9 @@ def _check_fu(cfg, step_grad: bool) -> None:
   formula = cfg.privacy.formula
   if formula not in FU_FORMULAS:
     return
-  if not step_grad:
+  if cfg.client.clip_mode not in FU_CLIP_MODES:
     raise ConfigError(f"privacy.formula={formula!r} needs client.clip_mode in "
-                      f"{STEP_GRAD_MODES} (got {cfg.client.clip_mode!r})")
+                      f"{FU_CLIP_MODES} (got {cfg.client.clip_mode!r})")
   if cfg.privacy.placement != "upload":
     raise ConfigError(f"privacy.formula={formula!r} needs privacy.placement='upload' "
                       f"(got {cfg.privacy.placement!r})")

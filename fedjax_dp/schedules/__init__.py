@@ -1,4 +1,9 @@
-"""Noise and round-count schedules as pure host-side state machines."""
+"""Noise and round-count schedules as pure host-side state machines.
+
+Owns the registry :data:`SCHEDULES` (``schedule.name`` -> :class:`Schedule`, one file
+per schedule), each schedule's parameters and defaults, and :func:`check_config`,
+which runs the picked schedule's own checks of the config.
+"""
 
 from collections.abc import Mapping
 
@@ -31,6 +36,21 @@ def get_schedule(name: str) -> Schedule:
   return SCHEDULES[name]
 
 
+def check_config(cfg) -> None:
+  """The picked schedule's own checks of the config (:attr:`Schedule.check`).
+
+  ``schedule.name='optimal_t'`` runs a grid of constant schedules (its
+  ``schedule.t_grid`` is checked by the config's field rules and by
+  :func:`fedjax_dp.optimal_t.t_grid`); an unknown name is left to the field rules.
+
+  Raises:
+    ConfigError: naming the field.
+  """
+  schedule = SCHEDULES.get(cfg.schedule.name)
+  if schedule is not None:
+    schedule.check(cfg)
+
+
 def config_fields(name: str | None = None) -> dict[str, float]:
   """The ``schedule.*`` config fields a schedule reads, with their defaults.
 
@@ -52,4 +72,4 @@ def config_fields(name: str | None = None) -> dict[str, float]:
 
 
 __all__ = ["SCHEDULES", "SCHEDULE_PARAMS", "NoiseContext", "RoundPlan", "Schedule",
-           "config_fields", "get_schedule"]
+           "check_config", "config_fields", "get_schedule"]

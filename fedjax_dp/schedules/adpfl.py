@@ -58,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import formulas
 from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
 
@@ -165,4 +166,18 @@ def observe(state: AdpflState, t: int, metrics: Mapping[str, float]) -> AdpflSta
   return state._replace(reductions=state.reductions + int(reduce), prev_score=s)
 
 
-SCHEDULE = Schedule(init, plan, observe)
+def check(cfg) -> None:
+  """With ``schedule.validation='server'`` the schedule reads the held-out accuracy on
+  its adjustment rounds, which must then be evaluated ('clients' computes its own).
+
+  Raises:
+    ConfigError: ``eval.every`` does not divide ``schedule.adjust_every``.
+  """
+  if cfg.schedule.get("validation", "server") == "server" \
+      and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
+    raise ConfigError(f"schedule.name='adpfl' with schedule.validation='server' reads the "
+                      f"test accuracy every schedule.adjust_every={cfg.schedule.adjust_every} "
+                      f"rounds: eval.every={cfg.eval.every} must divide it")
+
+
+SCHEDULE = Schedule(init, plan, observe, check)

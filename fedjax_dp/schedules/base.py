@@ -67,12 +67,24 @@ class RoundPlan(NamedTuple):
   horizon: int
 
 
+def no_check(cfg: Any) -> None:
+  """A schedule whose fields :data:`fedjax_dp.config.FIELD_RULES` checks in full."""
+
+
 class Schedule(NamedTuple):
-  """A schedule's three pure functions."""
+  """A schedule's three pure functions, and the check of its config fields.
+
+  Attributes:
+    init, plan, observe: the state machine (module docstring).
+    check: ``(cfg) -> None`` refuses a config this schedule cannot run or bound
+      (``fedjax_dp.errors.ConfigError`` naming the field); called by
+      :func:`fedjax_dp.schedules.check_config` when the schedule is picked.
+  """
 
   init: Callable[[NoiseContext], Any]
   plan: Callable[[Any, int], RoundPlan]
   observe: Callable[[Any, int, Mapping[str, float]], Any]
+  check: Callable[[Any], None] = no_check
 
 
 def budget_from_noise(noise: np.ndarray, rounds: int) -> np.ndarray:

@@ -72,6 +72,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 # Defaults of the schedule's config fields (``schedule.<name>``); spec section 7.1
@@ -198,4 +199,15 @@ def observe(state: CrdState, t: int, metrics: Mapping[str, float]) -> CrdState:
                         triggers=state.triggers + int(fired), rounds=t + 1)
 
 
-SCHEDULE = Schedule(init, plan, observe)
+def check(cfg) -> None:
+  """CRD reads the test loss after every round.
+
+  Raises:
+    ConfigError: ``eval.every != 1``.
+  """
+  if int(cfg.eval.every) != 1:
+    raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1 "
+                      f"(got eval.every={cfg.eval.every})")
+
+
+SCHEDULE = Schedule(init, plan, observe, check)

@@ -84,6 +84,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import formulas
 from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
@@ -299,4 +300,19 @@ def observe(state: GeometricState, t: int, metrics: Mapping[str, float]) -> Geom
                         last_loss=loss, stall=stall, triggers=triggers)
 
 
-SCHEDULE = Schedule(init, plan, observe)
+def check(cfg) -> None:
+  """The budget is a Gaussian one; ``refine=1`` reads the test loss every round.
+
+  Raises:
+    ConfigError: a Laplace mechanism, or ``refine=1`` with ``eval.every != 1``.
+  """
+  if cfg.privacy.mechanism != "gaussian":
+    raise ConfigError("schedule.name='geometric' spreads a Gaussian budget (sum of "
+                      "sigma^-2, Yuan eq. (16)): privacy.mechanism="
+                      f"{cfg.privacy.mechanism!r} is not bounded by it")
+  if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
+    raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1 "
+                      f"(got eval.every={cfg.eval.every})")
+
+
+SCHEDULE = Schedule(init, plan, observe, check)
