@@ -24,7 +24,7 @@ import jax
 
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, optimal_t, sharding
+from fedjax_dp import noise_identity, optimal_t, schema, sharding
 from fedjax_dp.building import (
   CLIENT_CHUNK_AUTO,
   Setup,
@@ -111,7 +111,7 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   if optimal_t.is_optimal_t(cfg):
     if out_dir and sharding.is_primary():
       # Recorded now (its candidates' noise follows from it), so a resume finds it.
-      RunDir(out_dir).write_config(cfg.to_dict())
+      RunDir(out_dir).write_config(schema.stamped(cfg.to_dict()))
     grid = optimal_t.t_grid(cfg)
     bar = tqdm(total=sum(grid), disable=not cfg.progress, desc=f"{cfg.name} (optimal T)",
                unit="round")

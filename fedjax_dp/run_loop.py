@@ -23,7 +23,7 @@ import numpy as np
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import cohort as cohort_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, reporting, sharding
+from fedjax_dp import noise_identity, reporting, schema, sharding
 from fedjax_dp.building import Setup
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
@@ -123,7 +123,7 @@ class RunLoop:
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
     if self.run_dir:
-      self.run_dir.write_config(cfg.to_dict())
+      self.run_dir.write_config(schema.stamped(cfg.to_dict()))
 
   def _restore(self, path) -> None:
     template = jax.eval_shape(self.setup.model.init, jax.random.PRNGKey(0))

@@ -225,9 +225,8 @@ def _finished(cfg, point_dir: Path) -> bool:
     return False
   if json.loads((point_dir / "summary.json").read_text()).get("status") == "interrupted":
     return False  # stopped by SIGINT: resumes from its checkpoint
-  want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
-  if have != want:
+  if checkpoint.config_diff(have, cfg.to_dict()):  # (older schemas: fedjax_dp.schema)
     raise config_lib.ConfigError(f"{point_dir} holds a finished run of a different config; "
                                  "use a new --out directory (or delete it) to run this sweep")
   return True
