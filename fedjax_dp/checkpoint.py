@@ -122,7 +122,7 @@ def save(path: str | os.PathLike, state: RunState, params: Any,
          config: dict[str, Any]) -> None:
   """Writes ``state``, ``params`` and ``config`` to ``path`` atomically, with a checksum."""
   payload = serialization.msgpack_serialize({
-      "config": json.dumps(results._jsonable(schema.stamped(config)), sort_keys=True),
+      "config": json.dumps(results._jsonable(config), sort_keys=True),
       "t": int(state.t), "horizon": int(state.horizon), "status": state.status,
       "running": bool(state.running),
       "diverged_round": None if state.diverged_round is None else int(state.diverged_round),

@@ -1,8 +1,9 @@
 """Config schemas that evolve: the version a stored config carries, and how an older
 stored config is read by this release.
 
-Every config the project stores (a run directory's ``config.json``, a checkpoint)
-carries ``schema_version`` (:func:`stamped`). When a release adds a config field, it
+A run directory's ``config.json`` carries ``schema_version`` (:func:`stamped`); it
+is checked before anything else of the directory is read (a checkpoint's own copy
+of the config is compared after it, read as :func:`upgraded` too). When a release adds a config field, it
 gives the field a default in :func:`fedjax_dp.config.base_config` that reproduces the
 old behaviour, records it in :data:`ADDED_FIELDS` and bumps :data:`SCHEMA_VERSION`.
 A stored config is then read with :func:`upgraded`: the fields it lacks ran with
