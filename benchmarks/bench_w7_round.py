@@ -26,7 +26,7 @@ from common import MNIST_DIR, ROOT
 from workloads import _args
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment, one_step
+from fedjax_dp import engine, experiment, one_step, rounds
 
 
 def main(argv=None):
@@ -57,11 +57,11 @@ def main(argv=None):
     variants = [(name, mod, rcfg) for name, mod in modules.items()]
     variants.append(("per-client", one_step, dataclasses.replace(rcfg, fuse_one_step=False)))
     for name, mod, rc in variants:
-      engine.one_step = mod  # read when the round is traced, below
+      rounds.one_step = mod  # read when the round is traced, below
       fn = jax.jit(lambda p, d, a, rc=rc: engine.round_step(model, rc, p, d, a))
       jax.block_until_ready(fn(params, data, round_args))
       fns[f"{name} chunk={chunk}"] = fn
-  engine.one_step = one_step
+  rounds.one_step = one_step
   times = {k: [] for k in fns}
   for _ in range(args.turns):
     for k, fn in fns.items():

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from flax import serialization
 
-from fedjax_dp import outputs, results
+from fedjax_dp import outputs, results, schema
 from fedjax_dp.config import ConfigError, UserError
 
 FILENAME = "checkpoint.msgpack"
@@ -103,12 +103,19 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-  """Fields whose values differ between two configs, as ``'key: old -> new'``
-  (ignoring :data:`NON_RESULT_FIELDS`)."""
-  a, b = _flatten(comparable_config(old)), _flatten(comparable_config(new))
-  missing = object()
-  return [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}"
-          for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
+  """Fields whose values differ between a stored config ``old`` and ``new``, as
+  ``'key: old -> new'`` (ignoring :data:`NON_RESULT_FIELDS`).
+
+  Both are read in this release's schema (:func:`fedjax_dp.schema.upgraded`): a field
+  ``old`` was stored without (added by a later release) ran at its default, and only
+  the fields both hold are compared.
+
+  Raises:
+    config.ConfigError: ``old`` was written by a newer release.
+  """
+  a = _flatten(comparable_config(schema.upgraded(old)))
+  b = _flatten(comparable_config(schema.upgraded(new)))
+  return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
 
 
 def save(path: str | os.PathLike, state: RunState, params: Any,

@@ -40,6 +40,8 @@ ConfigDict = ml_collections.ConfigDict
 SKEW_SCHEMES = ("constant", "adpfl_uniform", "adpfl_even")
 # privacy.noise_seed as recorded in a run directory: entropy drawn for 'os'.
 NOISE_SEED_HEX = re.compile(r"[0-9a-f]{32,}")
+# A stored config's schema version (fedjax_dp.schema), not a field of the config.
+SCHEMA_KEY = "schema_version"
 
 
 def base_config() -> ConfigDict:
@@ -313,7 +315,7 @@ def from_dict(blob: Any, source: str) -> ConfigDict:
         node[k] = _coerce(v, node[k])
 
   cfg = ml_collections.ConfigDict(cfg.to_dict(), type_safe=False)
-  lay(cfg, blob, "")
+  lay(cfg, {k: v for k, v in blob.items() if k != SCHEMA_KEY}, "")
   return cfg
 
 

@@ -12,7 +12,9 @@ The fields in :data:`EXCLUDED_FIELDS` are left out of the hash because they cann
 change what is released (a label, display, when state is saved, how the same
 arithmetic is laid out in memory); two configs that differ only there are the same
 release and may share its noise. Every other field is in, ``data.dir`` included
-(another directory may hold other data).
+(another directory may hold other data). A field a later release added
+(:data:`fedjax_dp.schema.ADDED_FIELDS`) is left out while it holds its default, so
+runs from before it keep their noise.
 
 Opt-ins:
 
@@ -42,7 +44,7 @@ import jax
 import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import results
+from fedjax_dp import results, schema
 
 # Config fields that do not change the release (see the module docstring): the
 # run's label (sweeps and optimal_t rename their runs), display, when a checkpoint
@@ -70,7 +72,8 @@ def _canonical(x: Any) -> Any:
 
 def _release_fields(config: dict[str, Any]) -> dict[str, Any]:
   """A config dict as canonical JSON values, without :data:`EXCLUDED_FIELDS`."""
-  return _canonical(results.json_without(config, EXCLUDED_FIELDS))
+  return _canonical(results.json_without(
+      config, EXCLUDED_FIELDS + schema.defaulted_added_fields(config)))
 
 
 def identity(cfg) -> dict[str, Any]:
@@ -135,7 +138,7 @@ def resolve(cfg, recorded: dict[str, Any] | None = None):
     have = recorded.get("privacy", {}).get("noise_seed")
     if isinstance(have, str) and len(have) == 32 and config_lib.NOISE_SEED_HEX.fullmatch(have):
       candidate = config_lib.override(cfg, [f"privacy.noise_seed={have}"])
-      if identity(candidate) == _release_fields(recorded):
+      if identity(candidate) == _release_fields(schema.upgraded(recorded)):
         seed = have
   return config_lib.override(cfg, [f"privacy.noise_seed={agree(seed or draw())}"])
 

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import outputs, results, sharding
+from fedjax_dp import outputs, results, schema, sharding
 from fedjax_dp.privacy import accounting
 
 NAME = "optimal_t"
@@ -164,7 +164,7 @@ def select(cfg, runs: Sequence[tuple[int, results.RunResult]],
   rows = [dict(r, epsilon_certified=eps) for r in best.rows]
   if out_dir is not None:
     run_dir = results.RunDir(out_dir)
-    run_dir.write_config(cfg.to_dict())
+    run_dir.write_config(schema.stamped(cfg.to_dict()))
     run_dir.write_metrics(rows, results.METRIC_COLUMNS)
     results.write_csv(Path(out_dir) / "optimal_t.csv", table, TABLE_COLUMNS, owned=True)
     run_dir.write_plot(rows, title=f"{cfg.name}: optimal T = {best_t} of "

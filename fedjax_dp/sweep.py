@@ -225,9 +225,8 @@ def _finished(cfg, point_dir: Path) -> bool:
     return False
   if json.loads((point_dir / "summary.json").read_text()).get("status") == "interrupted":
     return False  # stopped by SIGINT: resumes from its checkpoint
-  want = json.loads(json.dumps(results._jsonable(cfg.to_dict()), sort_keys=True))
   have = json.loads((point_dir / "config.json").read_text())
-  if have != want:
+  if checkpoint.config_diff(have, cfg.to_dict()):  # (older schemas: fedjax_dp.schema)
     raise config_lib.ConfigError(f"{point_dir} holds a finished run of a different config; "
                                  "use a new --out directory (or delete it) to run this sweep")
   return True
@@ -359,26 +358,9 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   point_dirs = [out / "points" / p.name if out else None for p in points]
   done = [bool(out) and _finished(p.config, d) for p, d in zip(points, point_dirs)]
   if out and sharding.is_primary():
-    results.write_json(out / "sweep.json", {
-        "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
-        "points": [{"name": p.name, "values": p.values} for p in points],
-        **_noise_seed(points)}, owned=True)
+    results.write_json(out / "sweep.json", _sweep_json(cfg, grid, sets, points), owned=True)
 
-  # Every pending run: plain points, and each optimal_t point's candidates (one
-  # constant-schedule run per T; finished candidates of an interrupted sweep are
-  # read back). All of them are built, grouped by compiled program and run batched.
-  jobs: list[tuple[tuple[int, int | None], Any, Path | None]] = []
-  for p, d in zip(points, point_dirs):
-    if done[p.index]:
-      continue
-    if optimal_t.is_optimal_t(p.config):
-      for t, c in optimal_t.candidates(p.config):
-        cdir = optimal_t.candidate_dir(d, t)
-        if not (cdir and _finished(c, cdir)):
-          jobs.append(((p.index, t), c, cdir))
-    else:
-      jobs.append(((p.index, None), p.config, d))
-
+  jobs = _jobs(points, point_dirs, done)
   bar = tqdm(total=sum(int(c.rounds) for _, c, _ in jobs), disable=not progress,
              desc=f"sweep {cfg.name}", unit="round")
   start = time.time()
@@ -388,21 +370,8 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
                                    devices=devices)
   finally:
     bar.close()
-  ran = dict(zip([key for key, _, _ in jobs], res))
-
-  fresh: dict[int, list[dict[str, Any]]] = {}
-  for p, d in zip(points, point_dirs):
-    if done[p.index]:
-      continue
-    if optimal_t.is_optimal_t(p.config):
-      cands = []
-      for t, c in optimal_t.candidates(p.config):
-        r = ran.get((p.index, t)) or _load_result(optimal_t.candidate_dir(d, t))
-        cands.append((t, r))
-      fresh[p.index] = optimal_t.select(
-          p.config, cands, d if out and sharding.is_primary() else None).rows
-    else:
-      fresh[p.index] = ran[(p.index, None)].rows
+  fresh = _fresh_rows(points, point_dirs, done, dict(zip([key for key, _, _ in jobs], res)),
+                      bool(out))
   pending = [p for p in points if not done[p.index]]
 
   rows: list[dict[str, Any]] = []
@@ -417,8 +386,54 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     results.write_csv(out / "sweep.csv", rows,
                       ["point", *grid, *(() if "seed" in grid else ("seed",)), *SWEEP_COLUMNS], owned=True)
     results.write_json(out / "sweep.json", {
-        "config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()}, "sets": list(sets),
-        "points": [{"name": p.name, "values": p.values} for p in points], **_noise_seed(points),
+        **_sweep_json(cfg, grid, sets, points),
         "last_invocation": {"ran": len(pending), "skipped": len(points) - len(pending),
-                             "wall_seconds": round(time.time() - start, 3)}}, owned=True)
+                            "wall_seconds": round(time.time() - start, 3)}}, owned=True)
   return rows
+
+
+def _sweep_json(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str],
+                points: Sequence[Point]) -> dict[str, Any]:
+  """What ``sweep.json`` records of the sweep (its resume is checked against it)."""
+  return {"config": cfg.to_dict(), "grid": {k: list(v) for k, v in grid.items()},
+          "sets": list(sets), "points": [{"name": p.name, "values": p.values} for p in points],
+          **_noise_seed(points)}
+
+
+def _jobs(points: Sequence[Point], point_dirs, done) -> list[tuple[tuple[int, int | None],
+                                                                   Any, Path | None]]:
+  """Every pending run: plain points, and each optimal_t point's candidates (one
+  constant-schedule run per T; finished candidates of an interrupted sweep are read
+  back). All of them are built, grouped by compiled program and run batched."""
+  jobs: list[tuple[tuple[int, int | None], Any, Path | None]] = []
+  for p, d in zip(points, point_dirs):
+    if done[p.index]:
+      continue
+    if optimal_t.is_optimal_t(p.config):
+      for t, c in optimal_t.candidates(p.config):
+        cdir = optimal_t.candidate_dir(d, t)
+        if not (cdir and _finished(c, cdir)):
+          jobs.append(((p.index, t), c, cdir))
+    else:
+      jobs.append(((p.index, None), p.config, d))
+  return jobs
+
+
+def _fresh_rows(points: Sequence[Point], point_dirs, done, ran, write: bool
+                ) -> dict[int, list[dict[str, Any]]]:
+  """The rows of each point run now (an optimal_t point's: its chosen T's, written to
+  its directory when ``write``), from the runs ``ran[(point, T or None)]``."""
+  fresh: dict[int, list[dict[str, Any]]] = {}
+  for p, d in zip(points, point_dirs):
+    if done[p.index]:
+      continue
+    if optimal_t.is_optimal_t(p.config):
+      cands = []
+      for t, c in optimal_t.candidates(p.config):
+        r = ran.get((p.index, t)) or _load_result(optimal_t.candidate_dir(d, t))
+        cands.append((t, r))
+      fresh[p.index] = optimal_t.select(
+          p.config, cands, d if write and sharding.is_primary() else None).rows
+    else:
+      fresh[p.index] = ran[(p.index, None)].rows
+  return fresh

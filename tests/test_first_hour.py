@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from fedjax_dp import cli, engine, experiment, results
+from fedjax_dp import cli, experiment, groups, memory, program, results
 from fedjax_dp import config as config_lib
 from fedjax_dp.data import datasets as datasets_lib
 from fedjax_dp.data import tabular
@@ -681,11 +681,11 @@ def _guard(monkeypatch, expected, command: str) -> None:
   from fedjax_dp.privacy import accounting, calibration
   # The run's first compiled call is the model's initialisation (after the run
   # directory's checkpoint is checked), then the rounds.
-  monkeypatch.setattr(experiment, "_jit_init", lambda model: stop)
-  monkeypatch.setattr(engine, "make_sweep_fns", lambda *a, **k: (stop, stop))
+  monkeypatch.setattr(groups, "_jit_init", lambda model: stop)
+  monkeypatch.setattr(program, "make_sweep_fns", lambda *a, **k: (stop, stop))
   # Sizing the client chunk compiles the round: an error must come before it; a valid
   # invocation skips it (0 = all clients at once) to keep the row fast.
-  monkeypatch.setattr(engine, "client_chunk_for_memory",
+  monkeypatch.setattr(memory, "client_chunk_for_memory",
                       stop if isinstance(expected, Err) else lambda *a, **k: 0)
   monkeypatch.setattr(audit_lib, "canary_pair", stop)
   if isinstance(expected, Err) and command == "account":  # (a run's plan calibrates)

@@ -1,0 +1,202 @@
+"""Building a run: from a validated config to a :class:`Setup` (before any training).
+
+:func:`build` loads the dataset, partitions it into clients (:func:`partition_clients`),
+puts the client data on the device, builds the model, the static round config
+(:func:`round_config`), the privacy plan and the selection rule's side information,
+and sizes the client chunk from the free memory. :func:`group_key` says which runs
+can share one compiled round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import client as client_lib
+from fedjax_dp import cohort as cohort_lib
+from fedjax_dp import config as config_lib
+from fedjax_dp import memory, rounds
+from fedjax_dp import selection as selection_lib
+from fedjax_dp.data import build_federated_data, load_dataset, partition
+from fedjax_dp.data.partition import adpfl_skews
+from fedjax_dp.models import get_model
+from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
+
+CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
+
+
+@dataclasses.dataclass
+class Setup:
+  """Everything a run needs, built from a config (host and device objects)."""
+
+  config: Any
+  model: Any
+  data: Any                 # FederatedData on the device
+  x_test: jax.Array
+  y_test: jax.Array
+  round_cfg: rounds.RoundConfig
+  privacy: PrivacyPlan
+  num_clients: int
+  k_slots: int
+  selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
+  data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
+
+
+def _skews(cfg):
+  """``data.s`` for label_skew: one value, or one per client (``data.skews`` or a scheme)."""
+  d = cfg.data
+  scheme = d.get("skew_scheme", "constant")
+  if scheme != "constant":
+    return adpfl_skews(d.num_clients, cfg.seed, evenly_spaced=scheme == "adpfl_even")
+  skews = tuple(d.get("skews", ()))
+  if skews and len(skews) != d.num_clients:
+    raise config_lib.ConfigError(f"data.skews holds {len(skews)} values, but "
+                                 f"data.num_clients is {d.num_clients}")
+  return np.asarray(skews, np.float64) if skews else d.skew
+
+
+def partition_clients(cfg, labels, groups=None):
+  """The config's partition of the training ``labels`` into clients (index arrays)."""
+  d = cfg.data
+  kwargs: dict[str, Any] = {}
+  if d.partition == "iid":
+    kwargs = {"samples_per_client": d.samples_per_client}
+  elif d.partition == "k_classes":
+    kwargs = {"k": d.classes_per_client, "samples_per_client": d.samples_per_client}
+  elif d.partition == "dirichlet":
+    kwargs = {"alpha": d.alpha, "samples_per_client": d.samples_per_client or None}
+  elif d.partition == "unbalanced":
+    sizes = list(d.group_sizes)
+    if d.num_clients % len(sizes):
+      raise config_lib.ConfigError(
+          f"data.num_clients ({d.num_clients}) must be a multiple of the number of "
+          f"data.group_sizes ({len(sizes)})")
+    per = d.num_clients // len(sizes)
+    return partition(labels, "unbalanced", d.num_clients, cfg.seed,
+                     sizes=[s for s in sizes for _ in range(per)])
+  elif d.partition == "label_skew":
+    kwargs = {"s": _skews(cfg), "samples_per_client": d.samples_per_client,
+              "remainder": d.get("skew_remainder", "others")}
+  elif d.partition == "sorted":
+    kwargs = {"samples_per_client": d.samples_per_client}
+  elif d.partition == "writer_like":
+    kwargs = {"samples_per_client": d.samples_per_client, "size_sigma": d.size_sigma,
+              "classes_per_client": d.classes_per_client, "dominance": d.dominance}
+  elif d.partition == "natural":
+    kwargs = {"groups": groups}
+  return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)
+
+
+def data_key(cfg) -> str:
+  """Runs with equal keys have equal client data: the ``data`` fields and the seed
+  (every partitioner is seeded with ``cfg.seed``)."""
+  return json.dumps([cfg.data.to_dict(), int(cfg.seed)], sort_keys=True, default=str)
+
+
+def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
+  """The static :class:`fedjax_dp.rounds.RoundConfig` of a config's round."""
+  ccfg = client_lib.ClientConfig(
+      local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
+      clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
+      mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
+      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"))
+  fraction = 1.0
+  if cfg.server.aggregation == "fixed":  # the expected share of examples in a round
+    fraction = selection_probability(cfg)
+  return rounds.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
+                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
+                            expected_fraction=fraction,
+                            conv_impl=cfg.server.get("conv_impl", "auto"),
+                            clip_rule=cfg.server.get("clip_rule", "fixed"))
+
+
+def build(cfg, *, cache: dict | None = None) -> Setup:
+  """Validates ``cfg`` and builds data, model and privacy plan (before any training).
+
+  Args:
+    cfg: the run's config.
+    cache: optional dict shared by several builds (a sweep): runs with the same
+      :func:`data_key` share one device copy of the client data, and runs of the
+      same dataset share the test set.
+  """
+  config_lib.validate(cfg)
+  # The partitioners, the model zoo and the privacy plan check the values they are
+  # given and raise ValueError naming the field: here that is the user's config.
+  with config_lib.as_config_errors():
+    return _build(cfg, cache)
+
+
+def _build(cfg, cache: dict | None) -> Setup:
+  if cfg.server.selection not in selection_lib.RULES:
+    raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
+                                 f"known: {tuple(selection_lib.RULES)}")
+  cache = {} if cache is None else cache
+  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  if model.is_regression != ds.is_regression:
+    kinds = ("a classifier", "a regressor")
+    raise config_lib.ConfigError(
+        f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
+        f"{cfg.data.name!r} has {'float regression targets' if ds.is_regression else 'labels'}")
+  key = data_key(cfg)
+  if ("clients", key) not in cache:
+    clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
+    cache["clients", key] = (clients, build_federated_data(ds.x_train, ds.y_train, clients))
+  clients, data = cache["clients", key]
+  n_test = int(cfg.data.get("test_samples", 0))
+  test_key = (cfg.data.name, cfg.data.dir, n_test)
+  if ("test", test_key) not in cache:
+    x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
+    if 0 < n_test < len(y_t):
+      # The same subset for every run and seed (seed 0), so runs stay comparable.
+      keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
+      x_t, y_t = x_t[keep], y_t[keep]
+    cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
+  x_test, y_test = cache["test", test_key]
+  u = len(clients)
+  k_slots = cohort_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
+                               cfg.server.q)
+  round_cfg = round_config(cfg)
+  chunk = int(cfg.server.client_chunk)
+  if chunk < CLIENT_CHUNK_AUTO:
+    raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
+                                 f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
+  counts = np.asarray([len(c) for c in clients])
+  n_eps = len(cfg.privacy.client_epsilons)
+  if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
+    raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
+                                 f"partition has {u} clients (give one per client)")
+  privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
+  if privacy.validation == "clients" and model.is_regression:
+    raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
+                                 "regressor does not have; use schedule.validation='server'")
+  weights = None
+  rule = selection_lib.get_rule(cfg.server.selection)
+  if rule.weights is not None:  # side information of the rule, from the partition (once)
+    try:
+      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from e
+  if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
+    chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
+  round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
+  return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
+               ds.source)
+
+
+def same_program(a: Setup, b: Setup) -> bool:
+  """Whether two runs can share one compiled round (all static parts and shapes)."""
+  return group_key(a) == group_key(b)
+
+
+def group_key(s: Setup) -> tuple:
+  """What fixes a run's compiled round: model, static round config, cohort slots,
+  data and test-set shapes, evaluation batch. Everything else (seed, epsilon,
+  learning rates, clip norm, schedules, T) is a traced value or host-side."""
+  return (s.model, s.round_cfg, s.k_slots, s.data.x.shape, s.data.y.shape,
+          s.x_test.shape, int(s.config.eval.batch_size))

@@ -1,0 +1,363 @@
+"""The host side of one run: plan a round, record its results, save, finish.
+
+:class:`RunLoop` holds everything of a run that lives on the host (numpy): the
+schedule's state, client selection, the accountant, the stop rules, the metric rows,
+checkpoints and the run directory. The device round is the caller's
+(:func:`fedjax_dp.groups.run_group`, which batches many loops into one program)::
+
+  per round:  args = loop.plan_round()                  (host, numpy)
+              params, metrics = round_fn(params, data, args)   (device)
+              loop.record(metrics, test, wall)          (host: accountant, schedule.observe)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from fedjax_dp import checkpoint as ckpt_lib
+from fedjax_dp import cohort as cohort_lib
+from fedjax_dp import config as config_lib
+from fedjax_dp import noise_identity, reporting, schema, sharding
+from fedjax_dp.building import Setup
+from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
+from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
+from fedjax_dp.rounds import RoundArgs
+from fedjax_dp.schedules import NoiseContext, get_schedule
+
+
+def _lr_steps(cfg, scale: float) -> np.ndarray:
+  steps = np.arange(cfg.client.local_steps)
+  return (cfg.client.lr * scale * cfg.client.lr_decay ** steps).astype(np.float32)
+
+
+def noise_context(cfg, privacy: PrivacyPlan) -> NoiseContext:
+  """The :class:`NoiseContext` a run's schedule is initialised with."""
+  return NoiseContext(privacy.epsilon, privacy.delta, privacy.q, privacy.sensitivity,
+                      int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr),
+                      params=dict(cfg.schedule))
+
+
+class _Pending(NamedTuple):
+  """What :meth:`RunLoop.plan_round` decided, for :meth:`RunLoop.record`."""
+
+  plan: Any
+  acct: Any
+  certified: float
+  idx: np.ndarray
+  sel: np.ndarray
+  evaluate: bool
+  val_std: float = -1.0  # std of the validation release; < 0: no release this round
+
+
+class RunLoop:
+  """The host side of one run (ARCHITECTURE.md, data flow of one round).
+
+  The schedule plans noise, the sampler draws the cohort, the accountant composes
+  the round's event, and the schedule observes the metrics; all numpy, all here.
+  The device round is the caller's: per round it calls :meth:`plan_round`, runs the
+  returned :class:`RoundArgs` (alone, or stacked with other runs' in a sweep),
+  then calls :meth:`record` with this run's metrics. :meth:`finish` writes the run
+  directory and returns the :class:`RunResult`.
+
+  A run stops at the schedule's horizon, on a non-finite loss (``diverged``), or --
+  with ``privacy.enforce_budget`` -- before a round whose release would push the
+  certified epsilon past the target (``budget_exhausted``).
+
+  With a run directory and ``checkpoint.every = N > 0``, the caller saves a
+  checkpoint (:mod:`fedjax_dp.checkpoint`) whenever :attr:`checkpoint_due` (every N
+  rounds) and :meth:`finish` saves the last one. A loop whose run directory holds a
+  checkpoint starts from it: :attr:`restored_params` is the model to continue from
+  (None for a fresh run) and the rounds run on as if never stopped.
+
+  Raises:
+    config_lib.ConfigError: the directory's checkpoint belongs to another config.
+    checkpoint.CheckpointError: the checkpoint is corrupt (named, not loaded).
+  """
+
+  def __init__(self, cfg, setup: Setup, out_dir: str | None = None):
+    self.cfg = cfg
+    self.setup = setup
+    self.privacy = setup.privacy
+    # In a multi-host job every process runs this loop; one writes.
+    self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
+    # Every process reads the checkpoint and takes part in gathering the params to
+    # save (a collective across hosts); only process 0 writes.
+    self.out_dir = out_dir
+    self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
+    self.schedule = get_schedule(cfg.schedule.name)
+    self.state = self.schedule.init(noise_context(cfg, setup.privacy))
+    # The noise stream: a hash of the release's config (fedjax_dp.noise_identity).
+    self.stream = noise_identity.stream(cfg)
+    self.acct = self.privacy.accountant_init()
+    self.rows: list[dict[str, Any]] = []
+    self.status, self.diverged_round = "completed", None
+    self.running = True
+    self.t = 0
+    self.horizon = int(cfg.rounds)
+    self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
+    self.test = (float("nan"), float("nan"))
+    # Schedules may only shorten T; guard against one that never stops anyway.
+    self._max_rounds = int(cfg.rounds) * 4 + 10
+    self._pending: _Pending | None = None
+    self.wall_offset = 0.0  # wall seconds spent before a resume
+    self.restored_params = None
+    # server.clip_rule: the adaptive clip bound S_t (private_median: Andrew et al. 2021,
+    # updated on the host from each round's released noisy count).
+    self.clip_rule = cfg.server.get("clip_rule", "fixed")
+    self.clip_bound = float(cfg.client.clip)
+    # schedule.validation='clients' (A-DPFL): a noisy accuracy on the selected clients'
+    # data after every adjustment round, charged by the accountant (plan.event).
+    self.validate_clients = self.privacy.validation == "clients"
+    self.adjust_every = int(float(cfg.schedule.get("adjust_every", 1)))
+    self._counts = np.asarray(setup.data.counts) if self.validate_clients else None
+    self.columns = METRIC_COLUMNS + (("clip_bound", "clip_count")
+                                     if self.clip_rule != "fixed" else ()) + (
+                                         ("val_accuracy",) if self.validate_clients else ())
+    ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
+    if ckpt is not None and ckpt.exists():
+      self._restore(ckpt)
+    if self.run_dir:
+      self.run_dir.write_config(schema.stamped(cfg.to_dict()))
+
+  def _restore(self, path) -> None:
+    template = jax.eval_shape(self.setup.model.init, jax.random.PRNGKey(0))
+    st, params, config = ckpt_lib.load(path, schedule_template=self.state,
+                                       acct_template=self.acct, params_template=template)
+    diff = ckpt_lib.config_diff(config, self.cfg.to_dict())
+    if diff:
+      raise config_lib.ConfigError(
+          f"{path} is a checkpoint of a different config ({'; '.join(diff[:4])}"
+          f"{'; ...' if len(diff) > 4 else ''}); use --overwrite or another --out")
+    self.t, self.horizon, self.status, self.running = st.t, st.horizon, st.status, st.running
+    self.diverged_round, self.test = st.diverged_round, st.test
+    self.state, self.acct, self.rows, self.wall_offset = (st.schedule_state, st.acct, st.rows,
+                                                          st.wall)
+    self.restored_params = params
+    if self.clip_rule == "private_median" and self.rows:  # S_t follows from the last row
+      last = self.rows[-1]
+      self.clip_bound = self._next_clip(float(last["clip_bound"]), float(last["clip_count"]))
+
+  def _expected_cohort(self) -> float:
+    """m: the expected number of clients per round (K, or q U)."""
+    return max(self.privacy.q * self.setup.num_clients, 1.0)
+
+  def _count_std(self) -> float:
+    return count_std(self.cfg, self.privacy.q, self.setup.num_clients)
+
+  def _next_clip(self, bound: float, count: float) -> float:
+    """Andrew et al. (2021) geometric update toward the ``gamma`` quantile of the
+    update norms: ``S_{t+1} = S_t exp(-eta_C (b_t - gamma))`` with ``b_t`` the noisy
+    count of unclipped updates divided by the expected cohort size m."""
+    gamma = float(self.cfg.server.get("clip_quantile", 0.5))
+    eta = float(self.cfg.server.get("clip_lr", 0.2))
+    return bound * math.exp(-eta * (count / self._expected_cohort() - gamma))
+
+  @property
+  def checkpoint_due(self) -> bool:
+    """Whether a checkpoint is to be saved now (after :meth:`record`)."""
+    return bool(self.out_dir and self.checkpoint_every and self.running
+                and self._pending is None and self.t % self.checkpoint_every == 0)
+
+  def save_checkpoint(self, params: Any, wall: float) -> None:
+    """Saves the state after the last recorded round with the model ``params``
+    (this run's, on the host) and ``wall`` seconds spent."""
+    if not self.run_dir:
+      return
+    state = ckpt_lib.RunState(self.t, self.horizon, self.status, self.running,
+                              self.diverged_round, self.test, self.state, self.acct,
+                              self.rows, wall)
+    ckpt_lib.save(self.run_dir.path / ckpt_lib.FILENAME, state, params, self.cfg.to_dict())
+    # metrics.csv follows the checkpoint (a partial file, still written atomically).
+    self.run_dir.write_metrics(self.rows, self.columns)
+
+  def interrupt(self, wall: float, params: Any, **extra: Any) -> RunResult:
+    """Stops between rounds (SIGINT): saves a checkpoint to resume from, then writes
+    the run directory with ``status = 'interrupted'``."""
+    self._pending = None
+    if self.checkpoint_every:
+      self.save_checkpoint(params, wall)
+    self.status, self.running = "interrupted", False
+    return self.finish(wall, params, **extra)
+
+  @property
+  def wants_validation(self) -> bool:
+    """Whether the planned round releases the validation score on its selected clients."""
+    return self._pending is not None and self._pending.val_std >= 0
+
+  @property
+  def val_std(self) -> float:
+    """The planned round's validation noise std (``z_val / N_sel``; < 0: none)."""
+    return self._pending.val_std if self._pending is not None else -1.0
+
+  @property
+  def planned(self) -> _Pending | None:
+    """What :meth:`plan_round` decided for the round it planned last (its noise plan,
+    the accountant state after it and its certified epsilon, the cohort), or None."""
+    return self._pending
+
+  @property
+  def wants_eval(self) -> bool:
+    """Whether the planned round ends with a test-set evaluation."""
+    return self._pending is not None and self._pending.evaluate
+
+  def plan_round(self) -> RoundArgs | None:
+    """Plans round ``t``: its device inputs (numpy), or None when the run stops."""
+    if not self.running:
+      return None
+    cfg, privacy, t = self.cfg, self.privacy, self.t
+    plan = self.schedule.plan(self.state, t) if t < self._max_rounds else None
+    if plan is None or plan.stop:
+      self.running = False
+      return None
+    self.horizon = plan.horizon
+    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
+    idx, sel = cohort_lib.select_clients(cfg.server.selection, self.setup.num_clients,
+                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
+                                     weights=self.setup.selection_weights)
+    # Deterministic rules (round robin) are charged for the clients that take part.
+    validate = self.validate_clients and (t + 1) % self.adjust_every == 0
+    new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,
+                                       selected=idx[sel > 0], validate=validate)
+    val_std = -1.0
+    if validate:
+      counts = self._counts[idx[sel > 0]]
+      val_std = 0.0 if privacy.noiseless else (
+          privacy.val_noise_multiplier * validation_sensitivity(counts))
+    certified = privacy.certified_epsilon(new_acct)
+    # Each client against its own target (privacy.client_epsilons).
+    if cfg.privacy.enforce_budget and privacy.over_budget(new_acct):
+      self.status, self.running = "budget_exhausted", False
+      return None
+    evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
+    self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate, val_std)
+    clip, count_noise = float(cfg.client.clip), 0.0
+    if self.clip_rule == "private_median":
+      # The accountant charged multiplier z = central_noise / Delta(C); the device
+      # splits it between the sum (z_sum, at the bound S_t) and the count
+      # (plan.private_median_split), so the joint release is that z.
+      clip, central_noise, count_noise = private_median_noise(
+          privacy, central_noise, self.clip_bound, float(cfg.client.clip), self._count_std())
+    return RoundArgs(
+        idx=idx, sel_mask=sel, lr=_lr_steps(cfg, plan.lr_scale),
+        clip=np.float32(clip), noise=np.asarray(client_noise[idx], np.float32),
+        central_noise=np.float32(central_noise), server_lr=np.float32(cfg.server.lr),
+        round=np.int32(t), seed=np.uint32(cfg.seed), data_id=np.int32(0),
+        stream=self.stream, count_noise=np.float32(count_noise))
+
+  def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
+             wall: float, val: float | None = None) -> None:
+    """Records the planned round's results: ``metrics`` (this run's
+    :class:`fedjax_dp.rounds.RoundMetrics` as floats), ``test = (loss, accuracy)`` if it
+    was evaluated and ``val`` (the released validation score) if
+    :attr:`wants_validation`; then the schedule observes them."""
+    p, self._pending = self._pending, None
+    self.acct = p.acct
+    if p.evaluate:
+      self.test = tuple(float(v) for v in test)
+    test_loss, test_acc = self.test
+    row = {
+        "round": self.t + 1, "test_loss": test_loss if p.evaluate else "",
+        # A regressor has no accuracy: the column stays empty, test_loss is the test MSE.
+        "test_accuracy": test_acc if p.evaluate and not self.setup.model.is_regression else "",
+        "train_loss": float(metrics["train_loss"]), "grad_norm": float(metrics["grad_norm"]),
+        "update_norm": float(metrics["update_norm"]), "num_selected": int(metrics["num_selected"]),
+        "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
+        "horizon": p.plan.horizon, "epsilon_claimed": self.privacy.claimed_epsilon(self.acct),
+        "epsilon_certified": p.certified, "privacy_unit": self.unit, "wall_s": round(wall, 3)}
+    if self.validate_clients:
+      # The schedule reads S_t from here: only the released (noisy) score, never the
+      # test accuracy, on the rounds it was released.
+      row["val_accuracy"] = float(val) if p.val_std >= 0 else ""
+    if self.clip_rule != "fixed":
+      row["clip_bound"] = float(metrics["clip_bound"])
+      row["clip_count"] = float(metrics["clip_count"])
+      if self.clip_rule == "private_median":
+        self.clip_bound = self._next_clip(row["clip_bound"], row["clip_count"])
+    self.rows.append(row)
+    if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
+      self.status, self.diverged_round, self.running = "diverged", self.t + 1, False
+      return
+    observed = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+    if self.validate_clients:
+      observed.pop("test_accuracy", None)
+    self.state = self.schedule.observe(self.state, self.t, observed)
+    self.t += 1
+    if self.run_dir and self.t % 25 == 0 and not self.checkpoint_due:
+      self.run_dir.write_metrics(self.rows, self.columns)  # partial progress, still atomic
+
+  def _worst_client_accountant(self) -> dict[str, Any]:
+    """The run's RDP curve for its worst client at every order (an upper bound on
+    each client's curve) and its worst pure epsilon (``inf`` unless every round was
+    a pure Laplace release), so that independent runs on the same data can be
+    composed from their summaries (:func:`fedjax_dp.optimal_t.composed_epsilon`)."""
+    rdp = self.acct.rdp
+    pure = (float(np.max(self.acct.pure_eps, initial=0.0)) if self.privacy.pure_composition
+            else math.inf)
+    return {"orders": rdp.orders, "rdp_worst_client": np.max(rdp.rdp, axis=0),
+            "pure_epsilon_worst_client": pure}
+
+  def finish(self, wall: float, params: Any, **extra: Any) -> RunResult:
+    """Writes ``model.msgpack`` (the final ``params``), the last checkpoint,
+    ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run directory
+    with a summary is complete) and returns the result."""
+    cfg, privacy, rows = self.cfg, self.privacy, self.rows
+    last_eval = next((r for r in reversed(rows) if r["test_loss"] != ""), None)
+    summary = dict(
+        name=cfg.name, status=self.status, diverged=self.status == "diverged",
+        diverged_round=self.diverged_round, rounds_run=len(rows),
+        final_test_loss=last_eval["test_loss"] if last_eval else None,
+        final_test_accuracy=(last_eval["test_accuracy"] or None) if last_eval else None,
+        task="regression" if self.setup.model.is_regression else "classification",
+        epsilon_target=privacy.target_epsilon, delta=privacy.delta,
+        epsilon_claimed=rows[-1]["epsilon_claimed"] if rows else 0.0,
+        epsilon_certified=rows[-1]["epsilon_certified"] if rows else 0.0,
+        privacy=privacy.describe(), wall_seconds=round(wall, 3),
+        seconds_per_round=round(wall / max(len(rows), 1), 5),
+        device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
+        noise_stream_id=noise_identity.stream_hex(self.stream),
+        noise_seed=cfg.privacy.get("noise_seed", ""),
+        accountant=self._worst_client_accountant(), data_source=self.setup.data_source,
+        **reporting.summary_fields(privacy, self.acct, rows[-1]["epsilon_certified"]
+                                   if rows else 0.0),
+        **extra)
+    if self.run_dir:
+      if self.status != "interrupted" and params is not None:
+        if self.checkpoint_every:
+          self.save_checkpoint(params, wall)
+        ckpt_lib.save_model(self.run_dir.path / ckpt_lib.MODEL_FILENAME, params)
+      self.run_dir.write_metrics(rows, self.columns)
+      # The plot's second title line gives the certified epsilon and the unit of privacy.
+      over = (f"; certified exceeds the requested epsilon {privacy.target_epsilon:g}"
+              if summary["epsilon_warning"] else "")
+      self.run_dir.write_plot(
+          rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}{over}")
+      self.run_dir.write_summary(summary)
+    return RunResult(rows, summary, params)
+
+
+def count_std(cfg, q: float, num_clients: int) -> float:
+  """sigma_b of ``server.clip_rule='private_median'``'s noisy count
+  (``server.clip_count_std``; < 0: Andrew et al.'s default m / 20, m = max(q U, 1))."""
+  std = float(cfg.server.get("clip_count_std", -1.0))
+  return max(q * num_clients, 1.0) / 20.0 if std < 0 else std
+
+
+def private_median_noise(plan: PrivacyPlan, central_noise: float, clip_bound: float,
+                         base_clip: float, count_noise: float) -> tuple[float, float, float]:
+  """``(clip, central_noise, count_noise)`` the engine gets for a ``private_median``
+  round whose plan charged ``central_noise`` (a multiplier z against the
+  sensitivity at ``base_clip``): the sum at the bound ``clip_bound`` S_t gets
+  ``z_sum`` (:func:`private_median_split`) and the count ``count_noise``, so the
+  joint release is z. Every caller that builds such a round's
+  :class:`RoundArgs` (the run loop, the audit) uses it."""
+  sens = float(plan.sensitivity[0])
+  z = central_noise / sens if central_noise > 0 else math.inf
+  z_sum = private_median_split(z, count_noise)
+  noise = 0.0 if math.isinf(z_sum) else z_sum * sens * clip_bound / base_clip
+  return clip_bound, noise, count_noise
