@@ -38,6 +38,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "fedjax_dp")
 # What this process ran and wrote, for its meta.json (scripts run one figure each).
 _CONFIGS: list[str] = []
 _OUTPUTS: list[str] = []
+_COMMIT: list[str] = []  # the commit when the first config was noted (before compute)
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -115,8 +116,18 @@ def config_digest(cfg) -> str:
   return hashlib.sha256(text.encode()).hexdigest()
 
 
+def run_commit() -> str:
+  """:func:`git_commit` as it was when this process first noted a config (before its
+  compute), so that editing the tree while a long run goes on does not change what
+  its meta.json records."""
+  if not _COMMIT:
+    _COMMIT.append(git_commit())
+  return _COMMIT[0]
+
+
 def note_configs(cfgs: Iterable[Any] | Mapping[Any, Any]) -> None:
   """Adds resolved configs to what this process's :func:`save_meta` hashes."""
+  run_commit()
   values = cfgs.values() if isinstance(cfgs, Mapping) else cfgs
   _CONFIGS.extend(config_digest(c) for c in values)
 
@@ -154,7 +165,7 @@ def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **ext
     note_configs(configs)
   results_dir.mkdir(parents=True, exist_ok=True)
   meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
-              cpu_count=os.cpu_count(), command=command_line(), commit=git_commit(),
+              cpu_count=os.cpu_count(), command=command_line(), commit=run_commit(),
               versions=package_versions(), configs_sha256=configs_hash(),
               configs=len(_CONFIGS), outputs=list(_OUTPUTS), **extra)
   (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -259,20 +270,20 @@ def _run_in_process(argv: Sequence[str], env: Mapping[str, str]) -> None:
   import runpy
   script = ROOT / argv[1]
   saved = (dict(os.environ), list(sys.argv), list(sys.path), list(_CONFIGS), list(_OUTPUTS),
-           sys.modules.pop("common", None))
+           list(_COMMIT), sys.modules.pop("common", None))
   os.environ.update(env)
   sys.argv[:] = [str(script), *argv[2:]]
   sys.path.insert(0, str(script.parent))
-  del _CONFIGS[:], _OUTPUTS[:]
+  del _CONFIGS[:], _OUTPUTS[:], _COMMIT[:]
   try:
     runpy.run_path(str(script), run_name="__main__")
   finally:
     os.environ.clear()
     os.environ.update(saved[0])
-    sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:] = saved[1:5]
+    sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:], _COMMIT[:] = saved[1:6]
     sys.modules.pop("common", None)
-    if saved[5] is not None:
-      sys.modules["common"] = saved[5]
+    if saved[6] is not None:
+      sys.modules["common"] = saved[6]
 
 
 def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool = False,
