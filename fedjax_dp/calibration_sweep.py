@@ -41,12 +41,15 @@ STATED: dict[str, tuple[str, ...]] = {
     # its parameters are projected, eta and |D_k| are open (7.3 items 1-3, 12).
     "yuan2023": ("privacy", "schedule", "data.num_clients", "server.clients_per_round",
                  "client.local_steps", "client.clip", "rounds"),
-    # fu_practicality.md: N, b, T, E, the LR task's eta and the mechanism.
+    # fu_practicality.md 4.3: N, b, the mechanism, zeta (L1 clip: 150 LR, 3 CNN), full-batch
+    # GD with E local steps (E and T are figure axes); eta and the init are open (4.5).
     "fu2023": ("privacy", "data.num_clients", "server.clients_per_round", "rounds",
-               "client.local_steps"),
-    # wei_udp_crd.md: U = K = 50, |D_i|, T, the MLP, beta and zeta of CRD.
+               "client.local_steps", "client.batch_size", "client.clip", "model.name"),
+    # wei_udp_crd.md 7: U = K = 50, |D_i|, T, the MLP 784-256-10, beta and zeta of CRD,
+    # one full-batch step per round (Alg. 1); eta and C are open (7.3 item 1, section 8).
     "wei2021": ("privacy", "schedule", "data.num_clients", "server.clients_per_round",
-                "data.samples_per_client", "rounds", "model.name"),
+                "data.samples_per_client", "rounds", "model.name", "client.local_steps",
+                "client.batch_size"),
 }
 
 
