@@ -173,6 +173,32 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
   return calibration_table(rows, grid, target), rows
 
 
+def run_control(cfg, grid: Mapping[str, Sequence[Any]], target: Target, label: str,
+                out_dir: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+  """A control: the calibrated config with a setting the paper states changed
+  (e.g. a larger learning rate), to explain a baseline that stays below the paper.
+
+  Never a calibration: nothing is chosen, and the rows' ``figure`` says ``[control:
+  label]``; they go to their own CSV (``baseline_control.csv``), not to the
+  calibration table.
+
+  Raises:
+    config_lib.ConfigError: ``cfg`` adds noise.
+  """
+  check_non_private(cfg)
+  rows = pd.DataFrame(repro.run_sweep(cfg, grid, None if out_dir is None else str(out_dir)))
+  control = target._replace(figure=f"{target.figure} [control: {label}]")
+  table = calibration_table(rows, grid, control)
+  table["chosen"] = False
+  return table, rows
+
+
+def parse_setting(text: str) -> list[str]:
+  """A table's ``setting`` back to ``key=value`` overrides (inverse of
+  :func:`setting_text`)."""
+  return text.split()
+
+
 def merge_table(path: Path, table: pd.DataFrame) -> pd.DataFrame:
   """``table`` with the rows of the other figures already in ``path`` kept first
   (one CSV per paper, one block per calibrated figure)."""

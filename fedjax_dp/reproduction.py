@@ -188,7 +188,7 @@ SMOKE_FLAGS = {
                                                "--methods", "dpfl", "--test-samples", "200"],
     "experiments/fu2023/fig1_lr_epsilon.py": ["--seeds", "1", "--rounds", "3"],
     "experiments/wei2021/fig7_initial_T.py": ["--seeds", "1", "--epsilons", "4", "--t0", "5"],
-    "experiments/yuan2023/fig4_epsilon.py": ["--seeds", "1", "--m-grid", "2"],
+    "experiments/yuan2023/fig4_epsilon.py": ["--seeds", "1", "--m-grid", "2", "--samples", "100"],
 }
 
 

@@ -15,10 +15,15 @@ grid covers what the paper leaves open (spec adpfl.md section 5.4):
 
 One batched sweep (:func:`fedjax_dp.calibration_sweep.calibrate`), one seed, the
 non-IID partition (the harder one; ``--partition iid`` for the other). Writes
-``results/baseline_calibration.csv`` (``_<partition>.png``) and its meta.json. From the repository
-root::
+``results/baseline_calibration.csv`` (``_<partition>.png``) and its meta.json.
+
+``--controls`` runs, at the chosen setting, what explains a baseline below the
+target: eta = 0.05 (stated) against 0.2 (the issue's control), on the non-IID and
+the IID partition (:func:`fedjax_dp.calibration_sweep.run_control`; never a
+calibration) -> ``results/baseline_control.csv``. From the repository root::
 
   nice -n 10 python experiments/adpfl2022/calibrate.py
+  nice -n 10 python experiments/adpfl2022/calibrate.py --controls
 """
 
 from __future__ import annotations
@@ -27,13 +32,47 @@ import argparse
 import time
 
 import common
+import pandas as pd
 
 from fedjax_dp import calibration_sweep as cs
+from fedjax_dp import config as config_lib
 
 TARGET = cs.Target("adpfl2022", "Table 2 / Fig. 4 non-private FedAvg (T = 50, K = 10)",
                    "test_accuracy", 0.97)
 MODELS = ("mlp_784_256_10", "cnn_yuan", "cnn_adpfl_mnist")
 LOCAL_STEPS = (3, 15, 30)
+CONTROL_LRS = (0.05, 0.2)
+
+
+def base_config(partition: str, rounds: int, eval_every: int):
+  """Non-private FedAvg at Table 1's settings on ``partition``."""
+  cfg = common.method_config(common.paper_config("mnist", partition, rounds=rounds),
+                             "nonprivate")
+  cfg.eval.every = eval_every
+  cfg.progress = False
+  return cfg
+
+
+def run_controls(args) -> None:
+  """eta 0.05 vs 0.2 on both partitions at the chosen non-IID setting."""
+  table = pd.read_csv(common.RESULTS / "baseline_calibration.csv")
+  figure = f"{TARGET.figure}, noniid"
+  chosen = table[(table["figure"] == figure) & table["chosen"]]
+  if chosen.empty:
+    raise SystemExit(f"no chosen setting for {figure!r} in results/baseline_calibration.csv: "
+                     "run the calibration first")
+  setting = chosen["setting"].iloc[0]
+  grid = {"client.lr": list(CONTROL_LRS)}
+  for partition in ("noniid", "iid"):
+    cfg = config_lib.override(base_config(partition, args.rounds, args.eval_every),
+                              cs.parse_setting(setting))
+    target = TARGET._replace(figure=f"{TARGET.figure}, {partition}")
+    out = common.RUNS / f"control_{partition}_T{args.rounds}"
+    t, rows = cs.run_control(cfg, grid, target, f"{setting}, eta stated 0.05", out)
+    control = target._replace(figure=str(t["figure"].iloc[0]))  # "... [control: ...]"
+    cs.write_calibration(common.RESULTS, t, rows, grid, control,
+                         png=f"baseline_control_{partition}", name="baseline_control")
+    print(t.to_string(index=False), flush=True)
 
 
 def main(argv=None):
@@ -44,12 +83,15 @@ def main(argv=None):
   ap.add_argument("--eval-every", type=int, default=5)
   ap.add_argument("--rounds", type=int, default=common.ROUNDS,
                   help="T (the paper's 50; fewer only for a quick check)")
+  ap.add_argument("--controls", action="store_true",
+                  help="run the controls at the chosen setting instead of the calibration")
   args = ap.parse_args(argv)
   start = time.time()
-  cfg = common.method_config(common.paper_config("mnist", args.partition, rounds=args.rounds),
-                             "nonprivate")
-  cfg.eval.every = args.eval_every
-  cfg.progress = False
+  if args.controls:
+    run_controls(args)
+    common.save_meta("baseline_control", start, lrs=list(CONTROL_LRS))
+    return
+  cfg = base_config(args.partition, args.rounds, args.eval_every)
   grid = {"model.name": args.models.split(","),
           "client.local_steps": [int(s) for s in args.local_steps.split(",")]}
   target = TARGET._replace(figure=f"{TARGET.figure}, {args.partition}")
@@ -58,7 +100,8 @@ def main(argv=None):
   cs.write_calibration(common.RESULTS, table, rows, grid, target,
                        png=f"baseline_calibration_{args.partition}")
   print(table.to_string(index=False))
-  common.save_meta("baseline_calibration", start, partition=args.partition, grid=grid)
+  name = "baseline_calibration" + ("" if args.partition == "noniid" else f"_{args.partition}")
+  common.save_meta(name, start, partition=args.partition, grid=grid)
 
 
 if __name__ == "__main__":
