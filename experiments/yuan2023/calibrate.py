@@ -50,6 +50,7 @@ def base_config(which: str, samples: int):
     cfg = cnn_config("fashion_mnist", common.M, samples)
   cfg.privacy.epsilon = float("inf")
   cfg.privacy.placement = "none"  # no noise, so no sensitivity to bound: clip_mode=none runs
+  cfg.privacy.noise_sampling = "per_client"  # 'aggregate' describes upload noise
   cfg.eval.every = 5
   return cfg
 
