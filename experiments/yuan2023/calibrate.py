@@ -15,9 +15,15 @@ at the paper's stated U = 100, K = 10, tau = 5, C = 5 and M = 30
   the CNN (item 12: ``client.clip_mode`` ``param_l2`` or ``none``).
 
 Writes ``results/baseline_calibration.csv`` (one block per target) with
-``baseline_calibration_{mlp,cnn}.png`` and the meta.json. From the repository root::
+``baseline_calibration_{mlp,cnn}.png`` and the meta.json.
+
+``--controls`` runs the chosen CNN setting with the paper's equal split of 600
+examples per client instead of the committed reduction to 50
+(:func:`fedjax_dp.calibration_sweep.run_control`) -> ``results/baseline_control.csv``.
+From the repository root::
 
   nice -n 10 python experiments/yuan2023/calibrate.py
+  nice -n 10 python experiments/yuan2023/calibrate.py --controls
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import argparse
 import time
 
 import common
+import pandas as pd
 from fig8_10_cnn import cnn_config
 
 from fedjax_dp import calibration_sweep as cs
+from fedjax_dp import config as config_lib
 
 TARGETS = {
     "mlp": cs.Target("yuan2023", "Table II (MLP/MNIST, no DP vs best DP loss)", "test_loss",
@@ -55,13 +63,39 @@ def base_config(which: str, samples: int):
   return cfg
 
 
+def run_controls(samples: int = 600) -> None:
+  """The chosen CNN setting with ``samples`` examples per client."""
+  table = pd.read_csv(common.RESULTS / "baseline_calibration.csv")
+  target = TARGETS["cnn"]
+  chosen = table[(table["figure"] == target.figure) & table["chosen"]]
+  if chosen.empty:
+    raise SystemExit("no chosen CNN setting in results/baseline_calibration.csv: run the "
+                     "calibration first")
+  setting = chosen["setting"].iloc[0]
+  sets = cs.parse_setting(setting)
+  cfg = config_lib.override(base_config("cnn", samples), sets)
+  grid = {"data.samples_per_client": [samples]}
+  t, rows = cs.run_control(cfg, grid, target, f"{setting}, 600 examples per client",
+                           common.RUNS / f"control_cnn_n{samples}")
+  control = target._replace(figure=str(t["figure"].iloc[0]))
+  cs.write_calibration(common.RESULTS, t, rows, grid, control, png="baseline_control_cnn",
+                       name="baseline_control")
+  print(t.to_string(index=False), flush=True)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--only", choices=list(TARGETS), nargs="*", default=list(TARGETS))
   ap.add_argument("--cnn-samples", type=int, default=50,
                   help="examples per client of the CNN (Figs. 8/10's reduction)")
+  ap.add_argument("--controls", action="store_true",
+                  help="run the control at the chosen CNN setting instead")
   args = ap.parse_args(argv)
   start = time.time()
+  if args.controls:
+    run_controls()
+    common.save_meta("baseline_control", start, samples=600)
+    return
   for which in args.only:
     samples = 600 if which == "mlp" else args.cnn_samples
     cfg = base_config(which, samples)
