@@ -62,6 +62,30 @@ LEGACY_META = {
 }
 
 
+@pytest.fixture
+def compile_cache(tmp_path_factory):
+  """A persistent compilation cache for the test: the second run of a figure loads
+  the first's programs from disk (each run builds its jitted functions anew, so the
+  in-memory cache does not carry over). Restored afterwards."""
+  import jax
+  try:
+    from jax._src import compilation_cache
+  except ImportError:  # another jax layout: no cache, the test is only slower
+    yield
+    return
+  keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+          "jax_persistent_cache_min_entry_size_bytes")
+  old = {k: getattr(jax.config, k) for k in keys}
+  new = (str(tmp_path_factory.mktemp("jax_cache")), 0, -1)
+  for k, v in zip(keys, new):
+    jax.config.update(k, v)
+  compilation_cache.reset_cache()
+  yield
+  for k, v in old.items():
+    jax.config.update(k, v)
+  compilation_cache.reset_cache()
+
+
 def _smoke_result(script: str) -> Path:
   """The committed result whose recorded command runs ``script``."""
   paper = Path(script).parts[1]
@@ -73,7 +97,7 @@ def _smoke_result(script: str) -> Path:
 
 @pytest.mark.skipif(not MNIST.is_dir(), reason="needs ../shared/datasets/mnist")
 @pytest.mark.parametrize("script", sorted(repro.SMOKE_FLAGS))
-def test_smoke_figure_regenerates_identically(script, tmp_path):
+def test_smoke_figure_regenerates_identically(script, tmp_path, compile_cache):
   result = _smoke_result(script)
   a = repro.regenerate(result, tmp_path / "a", smoke=True, in_process=True)
   repro.regenerate(result, tmp_path / "b", smoke=True, in_process=True)
