@@ -292,7 +292,9 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
 
   The command runs from the repository root with the paper's ``<PAPER>_RESULTS`` and
   ``<PAPER>_RUNS`` pointing under ``out`` (a new temporary folder by default), so
-  nothing committed or cached is read or overwritten: every run is fresh.
+  nothing committed or cached is overwritten and no cached run is read back: every
+  run is fresh. The new results folder starts with a copy of the committed CSVs
+  (:func:`_seed_inputs`), for the figures that read another result.
 
   Args:
     result: ``experiments/<paper>/results/<name>`` (``.csv`` or ``_meta.json`` too).
@@ -304,7 +306,7 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
 
   Returns:
     :func:`compare_results`'s rows (the CSVs the meta.json lists, else every CSV the
-    command wrote), one per CSV and numeric column.
+    command wrote or rewrote), one per CSV and numeric column.
 
   Raises:
     RegenerateError: see :func:`recorded_command`; ``out`` is not empty; the command
@@ -317,6 +319,8 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
   out = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"regenerate_{name}_"))
   if out.exists() and any(out.iterdir()):
     raise RegenerateError(f"--out {out} is not empty (regenerate writes only into a new folder)")
+  _seed_inputs(results_dir, out / "results")
+  before = {f.name: f.stat().st_mtime_ns for f in (out / "results").glob("*.csv")}
   env = {**os.environ, f"{paper.upper()}_RESULTS": str(out / "results"),
          f"{paper.upper()}_RUNS": str(out / "runs"),
          "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -325,8 +329,20 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
     _run_in_process(argv, env)
   elif subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode:
     raise RegenerateError(f"the command of {name} failed: {shlex.join(argv)}")
-  names = meta.get("outputs") or sorted(p.name for p in (out / "results").glob("*.csv"))
+  written = sorted(f.name for f in (out / "results").glob("*.csv")
+                   if before.get(f.name) != f.stat().st_mtime_ns)
+  names = meta.get("outputs") or written
   return pd.DataFrame(compare_results(out / "results", results_dir, names))
+
+
+def _seed_inputs(results_dir: Path, new_results: Path) -> None:
+  """Copies the committed CSVs into the new results folder: some figures read another
+  result (A-DPFL Fig. 5 reads Table 2's rounds). Only what the command rewrites is
+  compared (its meta.json's ``outputs``, else the CSVs it touched)."""
+  import shutil
+  new_results.mkdir(parents=True, exist_ok=True)
+  for csv in results_dir.glob("*.csv"):
+    shutil.copyfile(csv, new_results / csv.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
