@@ -141,3 +141,29 @@ def test_max_abs_diff_treats_equal_infinities_and_nans_as_equal():
   new = pd.DataFrame({"m": ["x", "y"], "v": [1.0, float("inf")], "w": [float("nan"), 2.0]})
   old = pd.DataFrame({"m": ["x", "z"], "v": [1.5, float("inf")], "w": [float("nan"), None]})
   assert repro.max_abs_diff(new, old) == {"v": 0.5, "w": float("inf")}
+
+
+def test_commit_is_dirty_for_code_changes_not_for_results(tmp_path):
+  import subprocess
+
+  def git(*args):
+    subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+  for rel in ("fedjax_dp/a.py", "experiments/p/run.py", "experiments/p/results/r.csv"):
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_text("x\n")
+  git("init", "-q")
+  git("add", "-A")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+  head = repro.git_commit(tmp_path)
+  assert re.fullmatch(r"[0-9a-f]{40}", head)
+  (tmp_path / "experiments/p/results/r.csv").write_text("y\n")  # what a run writes
+  (tmp_path / "experiments/p/results/new.csv").write_text("y\n")
+  assert repro.git_commit(tmp_path) == head
+  (tmp_path / "experiments/p/run.py").write_text("changed\n")
+  assert repro.git_commit(tmp_path) == head + "-dirty"
+  assert repro.git_commit(tmp_path / "nowhere") == "unknown"
+
+
+def test_command_is_recorded_relative_to_the_repository():
+  argv = [str(ROOT / "experiments" / "fu2023" / "fig1_lr_epsilon.py"), "--note", "a b"]
+  assert repro.command_line(argv) == "python experiments/fu2023/fig1_lr_epsilon.py --note 'a b'"
