@@ -66,6 +66,7 @@ def paper_config(dataset: str = "mnist", partition: str = "noniid", **kwargs):
 def run_configs(cfgs: dict, name: str, *, keep: bool = True) -> pd.DataFrame:
   """:func:`fedjax_dp.papers.adpfl.run_configs` under ``RUNS/name/<label>`` (runs
   finished there before are read back); ``keep=False`` writes nothing."""
+  repro.note_configs(cfgs)
   return adpfl.run_configs(cfgs, RUNS / name if keep else None)
 
 

@@ -18,8 +18,6 @@ import common
 import numpy as np
 import pandas as pd
 
-from fedjax_dp import sweep
-
 K_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -32,8 +30,8 @@ def main(argv=None):
                              rounds=args.rounds)
   cfg = common.method_config(base, "adpfl")
   ks = [float(k) for k in args.k_grid.split(",")]
-  rows = sweep.run_sweep(cfg, {"schedule.k": ks, "seed": list(range(args.seeds))},
-                         str(common.RUNS / f"fig6_{args.dataset}_k{args.clients}"))
+  rows = common.repro.run_sweep(cfg, {"schedule.k": ks, "seed": list(range(args.seeds))},
+                                str(common.RUNS / f"fig6_{args.dataset}_k{args.clients}"))
   df = pd.DataFrame(rows)
   df["sigma"] = common.paper_sigma(cfg, df["noise_mean"].to_numpy(np.float64))
   df["reductions"] = np.rint(np.log(df["sigma"] / common.SIGMA0) / np.log(df["schedule.k"]))

@@ -44,7 +44,6 @@ import pandas as pd
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import reproduction as repro
-from fedjax_dp import sweep
 
 # Overridable so that a quick check does not overwrite the committed results.
 RESULTS = Path(os.environ.get("FU2023_RESULTS", Path(__file__).resolve().parent / "results"))
@@ -128,7 +127,7 @@ def run_pairs(cfg, pairs: Sequence[tuple[int, int]], grid: Mapping[str, Sequence
       by_e[int(e)].append(int(tg))
   frames = []
   for e, tgs in sorted(by_e.items()):
-    rows = sweep.run_sweep(cfg, {"rounds": sorted(tgs), **grid}, str(RUNS / name / f"E={e}"),
+    rows = repro.run_sweep(cfg, {"rounds": sorted(tgs), **grid}, str(RUNS / name / f"E={e}"),
                            sets=[f"client.local_steps={e}"])
     df = pd.DataFrame(rows)
     df["client.local_steps"] = e

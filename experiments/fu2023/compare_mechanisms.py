@@ -53,7 +53,7 @@ def main(argv=None):
           "seed": list(range(args.seeds))}
   frames = []
   for name, (mech, clip, formula, basis) in VARIANTS.items():
-    rows = common.sweep.run_sweep(cfg, grid, str(common.RUNS / "compare" / name), sets=[
+    rows = common.repro.run_sweep(cfg, grid, str(common.RUNS / "compare" / name), sets=[
         f"privacy.mechanism={mech}", f"client.clip_mode={clip}", f"privacy.formula={formula}"])
     fin = common.finals(pd.DataFrame(rows))
     fin["mechanism"], fin["basis"] = mech, basis

@@ -28,7 +28,7 @@ def main(argv=None):
   cfg.name = "fu_fig1"
   cfg.rounds = args.rounds
   cfg.eval.every = 1
-  rows = common.sweep.run_sweep(cfg, {"privacy.epsilon": list(common.LR_EPSILONS),
+  rows = common.repro.run_sweep(cfg, {"privacy.epsilon": list(common.LR_EPSILONS),
                                       "seed": list(range(args.seeds))},
                                 str(common.RUNS / "fig1"))
   df = pd.DataFrame(rows)

@@ -30,7 +30,7 @@ def main(argv=None):
   cfg.name = "fu_fig2"
   cfg.rounds = args.rounds
   cfg.eval.every = args.eval_every
-  rows = common.sweep.run_sweep(cfg, {"privacy.epsilon": [float(e) for e in
+  rows = common.repro.run_sweep(cfg, {"privacy.epsilon": [float(e) for e in
                                                           args.epsilons.split(",")],
                                       "seed": list(range(args.seeds))},
                                 str(common.RUNS / "fig2"))

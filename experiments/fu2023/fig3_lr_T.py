@@ -31,7 +31,7 @@ def main(argv=None):
   cfg = common.lr_config()
   cfg.name = "fu_fig3"
   grid = [int(t) for t in args.t_grid.split(",")]
-  rows = common.sweep.run_sweep(cfg, {"rounds": grid, "privacy.epsilon": list(common.LR_EPSILONS),
+  rows = common.repro.run_sweep(cfg, {"rounds": grid, "privacy.epsilon": list(common.LR_EPSILONS),
                                       "seed": list(range(args.seeds))},
                                 str(common.RUNS / "fig3"))
   fin = common.finals(pd.DataFrame(rows))

@@ -53,7 +53,7 @@ def main(argv=None):
                           samples_per_client=args.samples, size_sigma=args.size_sigma,
                           lr=args.lr)
   cfg.name = "fu_fig4"
-  rows = common.sweep.run_sweep(cfg, {"rounds": [int(r) for r in args.rounds.split(",")],
+  rows = common.repro.run_sweep(cfg, {"rounds": [int(r) for r in args.rounds.split(",")],
                                       "privacy.epsilon": [float(e) for e in
                                                           args.epsilons.split(",")],
                                       "seed": list(range(args.seeds))},

@@ -64,6 +64,7 @@ def main(argv=None):
   cfg.name = "fu_fig4_signal"
   cfg.rounds = args.train_rounds
   cfg.privacy.epsilon = common.INF
+  common.repro.note_configs([cfg])
   trained = experiment.run(cfg).params
   setup = experiment.build(cfg)
   model, zeta = setup.model, float(cfg.client.clip)

@@ -33,7 +33,6 @@ import pandas as pd
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import reproduction as repro
-from fedjax_dp import sweep
 
 # Overridable so that a quick check does not overwrite the committed results.
 RESULTS = Path(os.environ.get("WEI2021_RESULTS", Path(__file__).resolve().parent / "results"))
@@ -74,7 +73,7 @@ def run_methods(cfg, methods, grid, out_dir) -> pd.DataFrame:
     if not group:
       continue
     g = {"schedule.name": list(group), **grid}
-    rows = sweep.run_sweep(cfg, g, str(Path(out_dir) / f"eval{every}"),
+    rows = repro.run_sweep(cfg, g, str(Path(out_dir) / f"eval{every}"),
                            sets=[f"eval.every={every}"])
     frames.append(pd.DataFrame(rows))
   return pd.concat(frames, ignore_index=True)
@@ -97,7 +96,7 @@ def final_table(df: pd.DataFrame, by, cols) -> pd.DataFrame:
 
 def crd_sweep(cfg, grid, name) -> pd.DataFrame:
   """A CRD-only sweep (evaluation after every round) over ``grid``; all rows."""
-  rows = sweep.run_sweep(cfg, grid, str(RUNS / name),
+  rows = repro.run_sweep(cfg, grid, str(RUNS / name),
                          sets=["schedule.name=crd", "eval.every=1"])
   return pd.DataFrame(rows)
 

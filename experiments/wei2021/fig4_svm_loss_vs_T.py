@@ -51,7 +51,7 @@ def main(argv=None):
   cfg = svm_config()
   eps = [float(e) for e in args.epsilons.split(",")]
   out = common.RUNS / "fig4_svm"
-  common.sweep.run_sweep(cfg, {"server.clients_per_round": [50, 30], "privacy.epsilon": eps,
+  common.repro.run_sweep(cfg, {"server.clients_per_round": [50, 30], "privacy.epsilon": eps,
                                "seed": list(range(args.seeds))}, str(out))
   cand = common.optimal_t_tables(out)
   cand["q"] = cand["server.clients_per_round"] / 50

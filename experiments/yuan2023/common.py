@@ -33,7 +33,6 @@ import pandas as pd
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import reproduction as repro
-from fedjax_dp import sweep
 from fedjax_dp.privacy import calibration, formulas
 
 _spec = importlib.util.spec_from_file_location(
@@ -179,7 +178,7 @@ def seeds(n: int) -> list[int]:
 
 def run_grid(cfg, grid, name, sets=()) -> pd.DataFrame:
   """One sweep (one compiled program per shape) into ``RUNS/name``; all rows."""
-  rows = sweep.run_sweep(cfg, grid, str(RUNS / name), sets=list(sets))
+  rows = repro.run_sweep(cfg, grid, str(RUNS / name), sets=list(sets))
   return pd.DataFrame(rows)
 
 

@@ -69,6 +69,7 @@ def main(argv=None):
     for p in sweep.expand(cfg, {"seed": common.seeds(args.seeds)}, sets):
       points.append((r.theta, r.rounds, r.sigma0_certified, p))
       dirs.append(common.RUNS / f"equal_certified{tag}" / f"theta{r.theta}_M{r.rounds}" / p.name)
+  common.repro.note_configs(p.config for *_, p in points)
   results = experiment.run_batched([p.config for *_, p in points], dirs)
   rows = []
   for (theta, m, cert, p), res in zip(points, results):

@@ -1,0 +1,112 @@
+"""Yuan et al.: the eps = inf baselines, calibrated before any DP verdict.
+
+Two targets, one batched sweep each (:func:`fedjax_dp.calibration_sweep.calibrate`),
+at the paper's stated U = 100, K = 10, tau = 5, C = 5 and M = 30
+(:data:`fedjax_dp.calibration_sweep.STATED`):
+
+* ``mlp``: the MLP 784-32-10 (linear) on MNIST, full-batch GD with the C = 5
+  projection (all stated), 600 examples per client: its no-DP test loss after M = 30
+  should reach Table II's level (the best loss there, 0.88862 at theta = 1.05 and
+  eps = 10: a no-DP baseline above it cannot judge the DP curves). Open and swept:
+  eta (spec 7.3 item 1).
+* ``cnn``: LeNet-5 (``cnn_yuan``) on Fashion-MNIST, the setting of Figs. 8/10 (50
+  examples per client, the committed reduction): no-DP test accuracy >= 0.80 within
+  M = 30. Open and swept: eta (item 1) and whether the C = 5 projection applies to
+  the CNN (item 12: ``client.clip_mode`` ``param_l2`` or ``none``).
+
+Writes ``results/baseline_calibration.csv`` (one block per target) with
+``baseline_calibration_{mlp,cnn}.png`` and the meta.json.
+
+``--controls`` runs the chosen CNN setting with the paper's equal split of 600
+examples per client instead of the committed reduction to 50
+(:func:`fedjax_dp.calibration_sweep.run_control`) -> ``results/baseline_control.csv``.
+From the repository root::
+
+  nice -n 10 python experiments/yuan2023/calibrate.py
+  nice -n 10 python experiments/yuan2023/calibrate.py --controls
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import common
+import pandas as pd
+from fig8_10_cnn import cnn_config
+
+from fedjax_dp import calibration_sweep as cs
+from fedjax_dp import config as config_lib
+
+TARGETS = {
+    "mlp": cs.Target("yuan2023", "Table II (MLP/MNIST, no DP vs best DP loss)", "test_loss",
+                     common.TABLE2_PAPER[1.05], stated=("client.batch_size", "model.name")),
+    "cnn": cs.Target("yuan2023", "Figs. 8/10 (LeNet-5/FMNIST, no DP)", "test_accuracy", 0.80,
+                     stated=("model.name",)),
+}
+GRIDS = {
+    "mlp": {"client.lr": [0.1, 0.3, 1.0, 3.0]},
+    "cnn": {"client.clip_mode": ["param_l2", "none"], "client.lr": [0.1, 0.5, 1.0, 2.0]},
+}
+
+
+def base_config(which: str, samples: int):
+  """The no-DP config of ``which`` at the paper's stated settings."""
+  if which == "mlp":
+    cfg = common.mlp_config(rounds=common.M, samples=samples)
+  else:
+    cfg = cnn_config("fashion_mnist", common.M, samples)
+  cfg.privacy.epsilon = float("inf")
+  cfg.privacy.placement = "none"  # no noise, so no sensitivity to bound: clip_mode=none runs
+  cfg.privacy.noise_sampling = "per_client"  # 'aggregate' describes upload noise
+  cfg.eval.every = 5
+  return cfg
+
+
+def run_controls(samples: int = 600) -> None:
+  """The chosen CNN setting with ``samples`` examples per client."""
+  table = pd.read_csv(common.RESULTS / "baseline_calibration.csv")
+  target = TARGETS["cnn"]
+  chosen = table[(table["figure"] == target.figure) & table["chosen"]]
+  if chosen.empty:
+    raise SystemExit("no chosen CNN setting in results/baseline_calibration.csv: run the "
+                     "calibration first")
+  setting = chosen["setting"].iloc[0]
+  sets = cs.parse_setting(setting)
+  cfg = config_lib.override(base_config("cnn", samples), sets)
+  grid = {"data.samples_per_client": [samples]}
+  t, rows = cs.run_control(cfg, grid, target, f"{setting}, 600 examples per client",
+                           common.RUNS / f"control_cnn_n{samples}")
+  control = target._replace(figure=str(t["figure"].iloc[0]))
+  cs.write_calibration(common.RESULTS, t, rows, grid, control, png="baseline_control_cnn",
+                       name="baseline_control")
+  print(t.to_string(index=False), flush=True)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--only", choices=list(TARGETS), nargs="*", default=list(TARGETS))
+  ap.add_argument("--cnn-samples", type=int, default=50,
+                  help="examples per client of the CNN (Figs. 8/10's reduction)")
+  ap.add_argument("--controls", action="store_true",
+                  help="run the control at the chosen CNN setting instead")
+  args = ap.parse_args(argv)
+  start = time.time()
+  if args.controls:
+    run_controls()
+    common.save_meta("baseline_control", start, samples=600)
+    return
+  for which in args.only:
+    samples = 600 if which == "mlp" else args.cnn_samples
+    cfg = base_config(which, samples)
+    table, rows = cs.calibrate(cfg, GRIDS[which], TARGETS[which],
+                               common.RUNS / f"calibration_{which}_n{samples}")
+    cs.write_calibration(common.RESULTS, table, rows, GRIDS[which], TARGETS[which],
+                         png=f"baseline_calibration_{which}")
+    print(table.to_string(index=False), flush=True)
+  common.save_meta("baseline_calibration", start, only=args.only, grids=GRIDS,
+                   cnn_samples=args.cnn_samples)
+
+
+if __name__ == "__main__":
+  main()

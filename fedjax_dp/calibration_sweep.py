@@ -1,0 +1,241 @@
+"""Baseline calibration: the settings a paper does not state, chosen at eps = inf.
+
+A reproduction can only judge a paper's DP claims once its non-private baseline
+learns as well as the paper's. Every setting the paper leaves open (learning rate,
+local steps, batch size, projection radius, initialisation, ...) is chosen by ONE
+batched sweep (:func:`fedjax_dp.reproduction.run_sweep`) of the non-private config
+over a grid of those settings, aiming at the paper's own non-private number within
+the paper's rounds. A setting the paper states is never tuned:
+:func:`check_grid` refuses a grid over any key of the paper's :data:`STATED` list.
+
+The table (:func:`calibration_table`) has one row per grid point with the columns
+``paper, figure, metric, direction, paper_value, ours, setting`` (``direction`` is
+``higher`` for accuracy, ``lower`` for loss; ``ours`` is the metric after the paper's
+rounds), plus ``reaches`` (ours is at least as good as the paper's value) and
+``chosen`` (the best point: the setting the DP figures run at). It is written to
+``experiments/<paper>/results/baseline_calibration.csv`` with a figure of every
+point's curve (:func:`write_calibration`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pandas as pd
+
+from fedjax_dp import config as config_lib
+from fedjax_dp import reproduction as repro
+
+# Settings each paper states (spec section of each paper's Table 1 / Section V-A):
+# never in a calibration grid. Keys are config keys; a grid key is refused when it
+# equals one of these or lies under one (``privacy`` covers every privacy field).
+STATED: dict[str, tuple[str, ...]] = {
+    # adpfl.md 5.1, Table 1: sigma_0, k, B, C, eta, N, T (and 60 examples per client).
+    "adpfl2022": ("privacy", "schedule.k", "client.batch_size", "client.clip", "client.lr",
+                  "data.num_clients", "data.samples_per_client", "rounds"),
+    # yuan_amplitude_varying.md 7.1: U, K, tau, C (the projection radius), M. Full-batch
+    # GD is stated for the MLP and SVM only (Target.stated); the CNN's batch, whether
+    # its parameters are projected, eta and |D_k| are open (7.3 items 1-3, 12).
+    "yuan2023": ("privacy", "schedule", "data.num_clients", "server.clients_per_round",
+                 "client.local_steps", "client.clip", "rounds"),
+    # fu_practicality.md 4.3: N, b, the mechanism, zeta (L1 clip: 150 LR, 3 CNN), full-batch
+    # GD with E local steps (E and T are figure axes); eta and the init are open (4.5).
+    "fu2023": ("privacy", "data.num_clients", "server.clients_per_round", "rounds",
+               "client.local_steps", "client.batch_size", "client.clip", "model.name"),
+    # wei_udp_crd.md 7: U = K = 50, |D_i|, T, the MLP 784-256-10, beta and zeta of CRD,
+    # one full-batch step per round (Alg. 1); eta and C are open (7.3 item 1, section 8).
+    "wei2021": ("privacy", "schedule", "data.num_clients", "server.clients_per_round",
+                "data.samples_per_client", "rounds", "model.name", "client.local_steps",
+                "client.batch_size"),
+}
+
+
+class Target(NamedTuple):
+  """The paper's non-private number a calibration aims at.
+
+  Attributes:
+    paper: the reproduction's folder name (``adpfl2022``, ...), a key of
+      :data:`STATED`.
+    figure: the figure or table the number comes from (``Table 2``, ...).
+    metric: the sweep column compared (``test_accuracy`` or ``test_loss``).
+    paper_value: the paper's number.
+    stated: settings the paper states for this figure only, beside the paper's
+      :data:`STATED` ones (e.g. full-batch GD for the MLP, not for the CNN).
+  """
+
+  paper: str
+  figure: str
+  metric: str
+  paper_value: float
+  stated: tuple[str, ...] = ()
+
+  @property
+  def direction(self) -> str:
+    """``'lower'`` for a loss, ``'higher'`` otherwise."""
+    return "lower" if "loss" in self.metric else "higher"
+
+  def reached(self, value: float) -> bool:
+    """Whether ``value`` is at least as good as the paper's."""
+    if not math.isfinite(value):
+      return False
+    return value <= self.paper_value if self.direction == "lower" else value >= self.paper_value
+
+
+def check_grid(paper: str, grid: Mapping[str, Sequence[Any]], stated: Sequence[str] = ()
+               ) -> None:
+  """Refuses a grid that tunes a setting ``paper`` states (:data:`STATED`, plus the
+  figure's own ``stated``).
+
+  Raises:
+    config_lib.ConfigError: an unknown paper, or a grid key equal to or under a
+      stated key (named).
+  """
+  if paper not in STATED:
+    raise config_lib.ConfigError(f"no stated-settings list for paper {paper!r} "
+                                 f"(known: {', '.join(sorted(STATED))})")
+  keys = (*STATED[paper], *stated)
+  bad = [k for k in grid if any(k == s or k.startswith(s + ".") for s in keys)]
+  if bad:
+    raise config_lib.ConfigError(f"{paper} states {', '.join(bad)}: a calibration grid "
+                                 "tunes only settings the paper leaves open")
+
+
+def check_non_private(cfg) -> None:
+  """Refuses a config that adds noise: calibration runs at eps = inf.
+
+  Raises:
+    config_lib.ConfigError: ``privacy.epsilon`` is finite and noise is placed.
+  """
+  if cfg.privacy.get("placement", "") != "none" and math.isfinite(float(cfg.privacy.epsilon)):
+    raise config_lib.ConfigError("a baseline calibration runs without noise: set "
+                                 "privacy.epsilon=inf (or privacy.placement=none)")
+
+
+def setting_text(values: Mapping[str, Any]) -> str:
+  """``{'client.lr': 0.1, 'model.name': 'mlp'}`` -> ``'client.lr=0.1 model.name=mlp'``."""
+  return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], target: Target
+                      ) -> pd.DataFrame:
+  """One row per grid point: its metric after the last round, whether it reaches the
+  paper's number, and the chosen (best) point.
+
+  Args:
+    rows: the sweep's rows (one per point and round).
+    grid: the grid swept (its keys are ``rows``' setting columns).
+    target: what the paper reports.
+
+  Returns:
+    Columns ``paper, figure, metric, direction, paper_value, ours, setting, rounds,
+    reaches, chosen``, in grid order.
+  """
+  fin = repro.final_rows(rows)
+  ours = pd.to_numeric(fin[target.metric], errors="coerce")
+  table = pd.DataFrame({
+      "paper": target.paper, "figure": target.figure, "metric": target.metric,
+      "direction": target.direction, "paper_value": target.paper_value,
+      "ours": ours.to_numpy(),
+      "setting": [setting_text({k: r[k] for k in grid}) for _, r in fin.iterrows()],
+      "rounds": fin["round"].to_numpy()})
+  table["reaches"] = [target.reached(float(v)) for v in table["ours"]]
+  score = table["ours"] if target.direction == "higher" else -table["ours"]
+  table["chosen"] = False
+  if score.notna().any():
+    table.loc[score.idxmax(), "chosen"] = True
+  return table
+
+
+def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
+              out_dir: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+  """Runs the calibration sweep and tabulates it.
+
+  Args:
+    cfg: the paper's non-private config at the paper's stated settings and rounds.
+    grid: ``{config key: values}`` over settings the paper leaves open.
+    target: the paper's number (:class:`Target`).
+    out_dir: the sweep's run directory (finished points are read back); None keeps
+      everything in memory.
+
+  Returns:
+    (:func:`calibration_table`, the sweep's rows).
+
+  Raises:
+    config_lib.ConfigError: the grid tunes a stated setting, or ``cfg`` adds noise
+      (both before any compute).
+  """
+  check_grid(target.paper, grid, target.stated)
+  check_non_private(cfg)
+  rows = pd.DataFrame(repro.run_sweep(cfg, grid, None if out_dir is None else str(out_dir)))
+  return calibration_table(rows, grid, target), rows
+
+
+def run_control(cfg, grid: Mapping[str, Sequence[Any]], target: Target, label: str,
+                out_dir: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+  """A control: the calibrated config with a setting the paper states changed
+  (e.g. a larger learning rate), to explain a baseline that stays below the paper.
+
+  Never a calibration: nothing is chosen, and the rows' ``figure`` says ``[control:
+  label]``; they go to their own CSV (``baseline_control.csv``), not to the
+  calibration table.
+
+  Raises:
+    config_lib.ConfigError: ``cfg`` adds noise.
+  """
+  check_non_private(cfg)
+  rows = pd.DataFrame(repro.run_sweep(cfg, grid, None if out_dir is None else str(out_dir)))
+  control = target._replace(figure=f"{target.figure} [control: {label}]")
+  table = calibration_table(rows, grid, control)
+  table["chosen"] = False
+  return table, rows
+
+
+def parse_setting(text: str) -> list[str]:
+  """A table's ``setting`` back to ``key=value`` overrides (inverse of
+  :func:`setting_text`)."""
+  return text.split()
+
+
+def merge_table(path: Path, table: pd.DataFrame) -> pd.DataFrame:
+  """``table`` with the rows of the other figures already in ``path`` kept first
+  (one CSV per paper, one block per calibrated figure)."""
+  if not path.is_file():
+    return table
+  old = pd.read_csv(path)
+  keep = old[~old["figure"].isin(set(table["figure"]))]
+  return pd.concat([keep, table], ignore_index=True)
+
+
+def plot_calibration(ax, rows: pd.DataFrame, table: pd.DataFrame, grid, target: Target) -> None:
+  """Every point's metric against the round (the chosen one bold), and the paper's
+  number as a dashed line."""
+  ev = rows[rows[target.metric].notna()]
+  for (_, t), setting, chosen in zip(ev.groupby("point", sort=False), table["setting"],
+                                     table["chosen"]):
+    ax.plot(t["round"], t[target.metric], lw=2.5 if chosen else 1,
+            alpha=1 if chosen else 0.6, label=setting + (" (chosen)" if chosen else ""))
+  ax.axhline(target.paper_value, ls="--", color="k", label=f"paper: {target.paper_value:g}")
+  ax.set_xlabel("round")
+  ax.set_ylabel(target.metric)
+  ax.set_title(f"{target.paper} {target.figure}: eps = inf calibration", fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=6)
+
+
+def write_calibration(results_dir: Path, table: pd.DataFrame, rows: pd.DataFrame, grid,
+                      target: Target, png: str, name: str = "baseline_calibration") -> Path:
+  """Writes ``results_dir/<name>.csv`` (merged with the paper's other calibrated
+  figures) and ``results_dir/<png>.png``; returns the CSV's path."""
+  results_dir.mkdir(parents=True, exist_ok=True)
+  merged = merge_table(results_dir / f"{name}.csv", table)
+  path = repro.write_csv(results_dir, merged, name)
+  plt = repro.pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  plot_calibration(ax, rows, table, grid, target)
+  fig.tight_layout()
+  fig.savefig(results_dir / f"{png}.png", dpi=110)
+  plt.close(fig)
+  return path

@@ -1,0 +1,97 @@
+"""The eps = inf baseline calibration (fedjax_dp.calibration_sweep): stated settings
+are never tuned, noise is refused, and the table picks the best point of one sweep."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from fedjax_dp import calibration_sweep as cs
+from fedjax_dp import config as config_lib
+
+TARGET = cs.Target("adpfl2022", "Fig. X", "test_accuracy", 0.9)
+
+
+@pytest.mark.parametrize("paper", sorted(cs.STATED))
+def test_grid_over_a_stated_setting_is_refused(paper):
+  for key in cs.STATED[paper]:
+    with pytest.raises(config_lib.ConfigError, match=f"{paper} states {key}"):
+      cs.check_grid(paper, {key: [1, 2]})
+  # a key under a stated prefix ('privacy' covers privacy.epsilon)
+  with pytest.raises(config_lib.ConfigError, match="privacy.epsilon"):
+    cs.check_grid(paper, {"privacy.epsilon": [1.0]})
+
+
+def test_a_figures_own_stated_settings_and_open_settings():
+  cs.check_grid("yuan2023", {"client.lr": [0.1, 0.5], "client.batch_size": [0, 50],
+                             "client.clip_mode": ["param_l2", "none"]})
+  with pytest.raises(config_lib.ConfigError, match="client.batch_size"):
+    cs.check_grid("yuan2023", {"client.batch_size": [0, 50]}, stated=("client.batch_size",))
+  cs.check_grid("adpfl2022", {"model.name": ["a"], "client.local_steps": [3, 15]})
+  with pytest.raises(config_lib.ConfigError, match="no stated-settings list"):
+    cs.check_grid("nobody2020", {"client.lr": [0.1]})
+
+
+def test_the_papers_stated_learning_rates_are_never_tuned():
+  for paper in ("adpfl2022",):
+    with pytest.raises(config_lib.ConfigError):
+      cs.check_grid(paper, {"client.lr": [0.05, 0.2]})
+
+
+def test_noise_is_refused():
+  cfg = config_lib.load_config("quickstart")
+  with pytest.raises(config_lib.ConfigError, match="without noise"):
+    cs.check_non_private(cfg)
+  cs.check_non_private(config_lib.override(cfg, ["privacy.epsilon=inf"]))
+  cs.check_non_private(config_lib.override(cfg, ["privacy.placement=none"]))
+
+
+def _rows(finals):
+  rows = []
+  for i, (lr, acc) in enumerate(finals):
+    for rnd, a in ((1, 0.1), (2, acc)):
+      rows.append({"point": f"{i:03d}-lr={lr}", "client.lr": lr, "round": rnd,
+                   "test_loss": 1.0 - a, "test_accuracy": a})
+  return pd.DataFrame(rows)
+
+
+def test_table_marks_the_best_point_and_which_reach_the_paper():
+  grid = {"client.lr": [0.1, 0.5, 1.0]}
+  table = cs.calibration_table(_rows([(0.1, 0.85), (0.5, 0.95), (1.0, 0.92)]), grid, TARGET)
+  assert list(table.columns[:7]) == ["paper", "figure", "metric", "direction", "paper_value",
+                                     "ours", "setting"]
+  assert table["setting"].tolist() == ["client.lr=0.1", "client.lr=0.5", "client.lr=1.0"]
+  assert table["reaches"].tolist() == [False, True, True]
+  assert table["chosen"].tolist() == [False, True, False]
+  assert (table["direction"] == "higher").all() and (table["rounds"] == 2).all()
+  loss = cs.Target("yuan2023", "Table II", "test_loss", 0.1)
+  table = cs.calibration_table(_rows([(0.1, 0.85), (0.5, 0.95)]), {"client.lr": [0.1, 0.5]}, loss)
+  assert table["direction"].iloc[0] == "lower" and table["chosen"].tolist() == [False, True]
+  assert table["reaches"].tolist() == [False, True]  # losses 0.15 and 0.05
+  assert not cs.Target("p", "f", "test_loss", 1.0).reached(math.nan)
+
+
+def test_merge_keeps_the_other_figures_rows(tmp_path):
+  path = tmp_path / "baseline_calibration.csv"
+  a = cs.calibration_table(_rows([(0.1, 0.85)]), {"client.lr": [0.1]}, TARGET)
+  b = cs.calibration_table(_rows([(0.5, 0.95)]), {"client.lr": [0.5]},
+                           TARGET._replace(figure="Fig. Y"))
+  pd.concat([a, b]).to_csv(path, index=False)
+  new = cs.calibration_table(_rows([(1.0, 0.99)]), {"client.lr": [1.0]}, TARGET)
+  merged = cs.merge_table(path, new)
+  assert merged["figure"].tolist() == ["Fig. Y", "Fig. X"]
+  assert merged["ours"].tolist() == [0.95, 0.99]
+
+
+def test_one_small_calibration_sweep(tmp_path):
+  cfg = config_lib.override(config_lib.load_config("quickstart"),
+                            ["privacy.epsilon=inf", "rounds=3", "progress=false"])
+  grid = {"client.lr": [0.1, 0.5]}  # traced: one compiled program for both points
+  target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
+  table, rows = cs.calibrate(cfg, grid, target)
+  assert len(table) == 2 and table["chosen"].sum() == 1 and (table["rounds"] == 3).all()
+  assert set(rows["point"]) == {"000-lr=0.1", "001-lr=0.5"}
+  cs.write_calibration(tmp_path, table, rows, grid, target, png="cal")
+  assert (tmp_path / "cal.png").is_file()
+  assert pd.read_csv(tmp_path / "baseline_calibration.csv")["setting"].tolist() == [
+      "client.lr=0.1", "client.lr=0.5"]
