@@ -119,7 +119,7 @@ def base_config() -> ConfigDict:
   # memory and, on CPU, the cache (engine.client_chunk_for_memory): the fast path
   # the benchmarks measure (W1, W7).
   c.server.client_chunk = -1
-  # CNNs: 'auto' (im2col on CPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
+  # CNNs: 'auto' (im2col on CPU and GPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
   c.server.conv_impl = "auto"
 
   c.privacy = ConfigDict()

@@ -256,11 +256,15 @@ def _one(f):
 
 def conv_impl_for(cfg: RoundConfig, backend: str | None = None) -> str:
   """The convolution implementation a round uses: ``cfg.conv_impl`` unless ``'auto'``,
-  then ``'im2col'`` on CPU (XLA:CPU runs the grouped convolutions of vmapped clients
-  and convolution weight gradients slowly; docs/scaling.md) and ``'conv'`` elsewhere."""
+  then ``'im2col'`` on CPU and GPU and ``'conv'`` elsewhere (TPU, unmeasured).
+
+  Vmapped clients turn each convolution into a grouped one. XLA:CPU runs those and
+  convolution weight gradients slowly (docs/scaling.md); on one NVIDIA H200 cuDNN's
+  grouped convolutions ran W2's round 3.1x slower than im2col's batched matmuls
+  (0.0345 s vs 0.0112 s; BENCHMARKS.md, "On one GPU")."""
   if cfg.conv_impl != "auto":
     return cfg.conv_impl
-  return "im2col" if (backend or jax.default_backend()) == "cpu" else "conv"
+  return "im2col" if (backend or jax.default_backend()) in ("cpu", "gpu") else "conv"
 
 
 class _Round(NamedTuple):

@@ -101,7 +101,8 @@ def test_im2col_lanes_equal_single_points():
 
 def test_conv_impl_choice_and_validation():
   assert engine.conv_impl_for(engine.RoundConfig(), "cpu") == "im2col"
-  assert engine.conv_impl_for(engine.RoundConfig(), "gpu") == "conv"
+  assert engine.conv_impl_for(engine.RoundConfig(), "gpu") == "im2col"
+  assert engine.conv_impl_for(engine.RoundConfig(), "tpu") == "conv"
   assert engine.conv_impl_for(engine.RoundConfig(conv_impl="conv"), "cpu") == "conv"
   with pytest.raises(ValueError, match="server.conv_impl"):
     engine.RoundConfig(conv_impl="winograd")

@@ -711,6 +711,9 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
   if "{mnist}" in " ".join(argv) and not MNIST.is_dir():
     pytest.skip(f"real MNIST not found at {MNIST}")
   if setup is not None:
+    # A dataset another test of this process loaded stays cached (load_dataset's cache),
+    # which would hide the missing package or file the setup arranges.
+    datasets_lib.clear_cache()
     setup(tmp_path, monkeypatch)
   before = _files(tmp_path)
   _guard(monkeypatch, expected, argv[0] if argv else "")
