@@ -18,3 +18,10 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # counterexample is found by raising max_examples locally, not by chance in CI.
 settings.register_profile("fedjax_dp", derandomize=True, deadline=None)
 settings.load_profile("fedjax_dp")
+
+
+def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
+  """``-n auto``: a worker per core, at most 4 (each worker holds its own compiled
+  programs and datasets; beyond 4 the suite's longest tests bound it anyway)."""
+  return max(1, min(os.cpu_count() or 1, 4))
+

@@ -1,5 +1,7 @@
 """The vmapped, jitted round against a sequential per-client reference."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,13 +30,15 @@ def _reference_round(model, cfg, params, data, args):
   idx = np.asarray(args.idx)
   sel = np.asarray(args.sel_mask)
   outs, counts = [], []
+  # One client's update, jitted once and called per client: the loop is the reference,
+  # not op-by-op dispatch (which recompiles every inner scan on each call).
+  update = jax.jit(functools.partial(client_lib.client_update, model, cfg.client))
   for k, i in enumerate(idx):
     if sel[k] == 0:
       continue
     key = engine.client_keys(args.seed, args.round, jnp.asarray([i]))[0]
     hp = client_lib.ClientHParams(args.lr, args.clip, args.noise[k], args.noise[k])
-    out = client_lib.client_update(model, cfg.client, params, data.x[i], data.y[i],
-                                   data.mask[i], key, hp)
+    out = update(params, data.x[i], data.y[i], data.mask[i], key, hp)
     outs.append(out.params)
     counts.append(float(data.counts[i]))
   w = np.asarray(counts) / np.sum(counts)
