@@ -73,6 +73,9 @@ def _digest(path: Path) -> str:
   data = path.read_bytes()
   if path.suffix == ".msgpack":
     from flax import serialization  # pylint: disable=import-outside-toplevel
+    magic = b"fedjax_dp checkpoint v1\n"  # checkpoint.py: magic, SHA-256 hex, newline, payload
+    if data.startswith(magic):
+      data = data[len(magic) + 65:]
     data = _tree_bytes(_strip(serialization.msgpack_restore(data)))
   elif path.suffix == ".json":
     data = json.dumps(_strip(json.loads(data)), sort_keys=True).encode()
@@ -98,7 +101,10 @@ def record(out: Path) -> int:
     for run_dir in dirs:
       for path in sorted(run_dir.rglob("*")):
         if path.is_file() and path.suffix in (".csv", ".json", ".msgpack"):
-          hashes[str(path.relative_to(out))] = _digest(path)
+          try:
+            hashes[str(path.relative_to(out))] = _digest(path)
+          except Exception as e:  # pylint: disable=broad-except
+            raise RuntimeError(f"cannot digest {path}: {e}") from e
     print(f"{label}: {sum(1 for k in hashes if k.startswith(label + '/'))} files")
   (out / "hashes.json").write_text(json.dumps(
       {"hashes": hashes, "failures": failures}, indent=1, sort_keys=True))
