@@ -21,7 +21,12 @@ settings.load_profile("fedjax_dp")
 
 
 def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
-  """``-n auto``: a worker per core, at most 4 (each worker holds its own compiled
-  programs and datasets; beyond 4 the suite's longest tests bound it anyway)."""
-  return max(1, min(os.cpu_count() or 1, 4))
+  """``-n auto``: a worker per core, at most 4, and at most one per 5 GB of memory
+  (a worker peaks at about 4.2 GB: its compiled programs and datasets; beyond 4 the
+  suite's longest tests bound it anyway)."""
+  try:
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  except (ValueError, OSError, AttributeError):  # no sysconf (Windows): cores alone
+    memory_gb = float("inf")
+  return int(max(1, min(os.cpu_count() or 1, 4, memory_gb // 5)))
 
