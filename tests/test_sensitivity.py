@@ -90,22 +90,8 @@ def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, bat
                 "client.l2_reg": l2_reg, "client.lr": lr, "client.clip": clip,
                 "data.num_clients": 1, "server.clients_per_round": 1})
   plan = make_privacy_plan(cfg, np.array([N]), num_params=MODEL.num_params())
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
-                             noise_placement="none")
-  hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
-                                jnp.float32(0), jnp.float32(0))
   ord = 1 if mechanism == "laplace" else 2
-  mask = jnp.ones(N, jnp.float32)
-
-  @jax.jit
-  @jax.vmap
-  def moved(params, x, y, x2, y2, key):
-    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
-    return _dist(a, b, ord)
-
-  keys = jax.random.split(jax.random.PRNGKey(3), TRIALS)
-  d = np.asarray(moved(*_pairs(len(clip_mode) + steps, lr, clip), keys))
+  d = _upload_moves(cfg, steps, lr, clip, ord, len(clip_mode) + steps)
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
   assert d.max() > 0.0
 
