@@ -211,6 +211,10 @@ def main(argv=None) -> int:
   p.add_argument("--rounds", type=int, default=15, help="timed rounds (after 2 warm-up)")
   p.add_argument("--resident-clients", type=int, default=20_000)
   p.add_argument("--dir", default=None, help="where to write the federation (default /tmp)")
+  p.add_argument("--federation", default=None,
+                 help="a folder for the federation (reused if it holds one; deleted "
+                      "afterwards unless --keep)")
+  p.add_argument("--keep", action="store_true", help="keep the federation's files")
   p.add_argument("--no-csv", action="store_true")
   p.add_argument("--child", default=None, help=argparse.SUPPRESS)
   p.add_argument("--path", default=None, help=argparse.SUPPRESS)
@@ -218,19 +222,29 @@ def main(argv=None) -> int:
   if a.child:
     print(json.dumps(run_mode(a.child, a.path, a.k, a.rounds, a.resident_clients)))
     return 0
-  tmp = Path(tempfile.mkdtemp(prefix="w8_federation_", dir=a.dir))
+  tmp = Path(a.federation) if a.federation else Path(
+      tempfile.mkdtemp(prefix="w8_federation_", dir=a.dir))
   try:
     start = time.time()
-    gb = write_federation(tmp / "fed", a.clients, a.per_client)
-    print(f"wrote {gb:.2f} GB ({a.clients} clients x {a.per_client} x 28x28 uint8) in "
-          f"{time.time() - start:.0f} s to {tmp}", flush=True)
+    if (tmp / "fed" / "counts.npy").exists():  # --federation: written by an earlier run
+      fed = streaming.open_federation(tmp / "fed")
+      if fed.x.shape[:2] != (a.clients, a.per_client):
+        raise SystemExit(f"{tmp / 'fed'} holds {fed.x.shape[:2]} clients x examples, "
+                         f"not {(a.clients, a.per_client)}")
+      gb = (tmp / "fed" / "x.npy").stat().st_size / 1e9
+      del fed
+    else:
+      gb = write_federation(tmp / "fed", a.clients, a.per_client)
+      print(f"wrote {gb:.2f} GB ({a.clients} clients x {a.per_client} x 28x28 uint8) in "
+            f"{time.time() - start:.0f} s to {tmp}", flush=True)
     loads, res = [_load_avg()], {}
     for mode in ("streamed", "resident"):
       res[mode] = _child(mode, tmp / "fed", a)
       loads.append(_load_avg())
       print(json.dumps(res[mode]), flush=True)
   finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    if not a.keep:
+      shutil.rmtree(tmp, ignore_errors=True)
   s, r = res["streamed"], res["resident"]
   ratio = s["seconds_per_round"] / r["seconds_per_round"]
   workload = (f"W8 streamed cohorts (K={a.k} x {a.per_client} of 28x28 uint8, MLP, update "

@@ -31,6 +31,7 @@ not the federation.
 from __future__ import annotations
 
 import concurrent.futures
+import mmap
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ import numpy as np
 from fedjax_dp.data.federated import FederatedData
 
 PLACEMENTS = ("device", "host")
+_READ_BLOCK, _READ_THREADS = 64, 8  # rows per read task, reading threads (memory maps)
 FILES = ("x.npy", "y.npy", "counts.npy")
 
 
@@ -129,14 +131,74 @@ def open_federation(path: str | os.PathLike) -> FederatedData:
     raise ValueError(f"federation directory {str(src)!r}: {e}") from e
   data = FederatedData(x=x, y=y, counts=counts, mask=np.zeros((0, 0), np.float32))
   check_federation(data, repr(str(src)))
+  for a in (x, y):  # a cohort reads scattered rows: no readahead around them
+    _advise(a, "MADV_RANDOM")
   return data._replace(mask=mask_of(counts, x.shape[1]))
 
 
-def gather_cohort(data: FederatedData, idx: np.ndarray) -> FederatedData:
+def _advise(a: np.ndarray, advice: str) -> None:
+  """``madvise`` on the whole mapping of a memory-mapped array (where the platform
+  has it; nothing otherwise). ``MADV_RANDOM``: read only the pages touched (the kernel
+  would otherwise read ahead, up to megabytes around each client's row);
+  ``MADV_DONTNEED``: drop this process's mapping of the pages read (they stay in the
+  page cache), so its resident memory holds the cohort, not every row ever read."""
+  m = getattr(a, "_mmap", None)  # numpy.memmap's mmap object
+  flag = getattr(mmap, advice, None)
+  if m is not None and flag is not None and hasattr(m, "madvise"):
+    try:
+      m.madvise(flag)
+    except (OSError, ValueError):
+      pass
+
+
+def _read_rows(a: np.ndarray, ids: np.ndarray) -> np.ndarray:
+  """``a[ids]``. A memory-mapped file (as :func:`open_federation` maps
+  it) is read with one ``preadv`` per row into a fresh buffer, so the process maps
+  none of the file: its resident memory holds the cohort, not the rows read so far
+  (page faults on the mapping would also pull in the pages around each row). Other
+  arrays (and views of a mapping) are indexed; a mapping's pages are then dropped
+  from this process afterwards (``MADV_DONTNEED``; they stay in the page cache)."""
+  if not (isinstance(a, np.memmap) and isinstance(a.base, mmap.mmap) and a.filename
+          and a.flags.c_contiguous and hasattr(os, "preadv")):
+    out = np.asarray(a[ids])
+    _advise(a, "MADV_DONTNEED")
+    return out
+  row = a.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+  out = np.empty((ids.size,) + a.shape[1:], a.dtype)
+  buf = memoryview(out.reshape(-1).view(np.uint8))
+  # The file is read in increasing order (rows land at their cohort positions).
+  order = np.argsort(ids, kind="stable").tolist()
+  ids = ids.tolist()
+
+  def read(js: range) -> None:
+    for j in (order[r] for r in js):
+      if os.preadv(fd, [buf[j * row:(j + 1) * row]], a.offset + ids[j] * row) != row:
+        raise OSError(f"{a.filename}: short read at client {ids[j]} (file truncated?)")
+
+  with open(a.filename, "rb", buffering=0) as f:
+    fd = f.fileno()
+    # Several reads in flight: a disk serves scattered rows faster with a deeper queue.
+    parts = [range(s, min(s + _READ_BLOCK, len(ids))) for s in range(0, len(ids), _READ_BLOCK)]
+    if len(parts) == 1:
+      read(parts[0])
+    else:
+      with concurrent.futures.ThreadPoolExecutor(min(len(parts), _READ_THREADS)) as pool:
+        for done in pool.map(read, parts):
+          del done
+  return out
+
+
+def gather_cohort(data: FederatedData, idx: np.ndarray, float32: bool = True) -> FederatedData:
   """Clients ``idx [K]`` of a host federation, as the device would see them.
 
   ``x`` becomes float32 the way :func:`fedjax_dp.data.federated.pack_federated_data`
   and :func:`to_device` convert it, so the values are those of the resident path.
+
+  Args:
+    data: a host federation.
+    idx: ``[K]`` client ids (repeats allowed).
+    float32: convert ``x`` here; False keeps its stored dtype (:class:`CohortStream`
+      moves the smaller array and converts on the device, with the same result).
 
   Returns:
     A numpy :class:`FederatedData` with leading axis K (``counts`` too).
@@ -149,12 +211,9 @@ def gather_cohort(data: FederatedData, idx: np.ndarray) -> FederatedData:
   if idx.size and (idx.min() < 0 or idx.max() >= u):
     raise IndexError(f"cohort ids must lie in [0, {u}), got values in "
                      f"[{idx.min()}, {idx.max()}]")
-  # Memory-mapped files are read in increasing order (sequential reads), then reordered.
-  order = np.argsort(idx, kind="stable")
-  inv = np.empty_like(order)
-  inv[order] = np.arange(order.size)
-  x = np.asarray(data.x[idx[order]])[inv].astype(np.float32)
-  y = np.asarray(data.y[idx[order]])[inv]
+  x = _read_rows(data.x, idx)
+  x = x.astype(np.float32) if float32 else x
+  y = _read_rows(data.y, idx)
   y = y.astype(np.float32 if np.issubdtype(y.dtype, np.floating) else np.int32)
   return FederatedData(x=x, y=y, counts=np.asarray(data.counts)[idx].astype(np.int32),
                        mask=np.asarray(data.mask)[idx].astype(np.float32))
@@ -169,6 +228,13 @@ def to_device(data: FederatedData) -> FederatedData:
       y=jnp.asarray(y.astype(np.float32 if np.issubdtype(y.dtype, np.floating) else np.int32)),
       counts=jnp.asarray(np.asarray(data.counts, np.int32)),
       mask=jnp.asarray(np.asarray(data.mask, np.float32)))
+
+
+@jax.jit
+def _as_float32(x: jax.Array) -> jax.Array:
+  """The cohort's examples as float32, on the device where they were put (an integer
+  or float32 value converts exactly as numpy's ``astype`` does)."""
+  return x.astype(jnp.float32)
 
 
 def _key(data_id: int, idx: np.ndarray) -> tuple[int, bytes]:
@@ -211,8 +277,9 @@ class CohortStream:
 
   def _load(self, key: tuple[int, bytes]) -> FederatedData:
     data_id, raw = key
-    cohort = gather_cohort(self.sources[data_id], np.frombuffer(raw, np.int32))
-    return self._put(cohort._replace(counts=np.zeros((0,), np.int32)))
+    cohort = gather_cohort(self.sources[data_id], np.frombuffer(raw, np.int32), float32=False)
+    on_device = self._put(cohort._replace(counts=np.zeros((0,), np.int32)))
+    return on_device._replace(x=_as_float32(on_device.x))
 
   def begin_round(self) -> None:
     """Forgets the cohorts taken in the previous round (their device buffers)."""
