@@ -74,9 +74,23 @@ def test_resume_with_streamed_data_equals_the_uninterrupted_run(tmp_path, monkey
   monkeypatch.setattr(experiment.RunLoop, "record", crashing_record)
   with pytest.raises(RuntimeError, match="killed"):
     _run(tmp_path, "resumed", **sets, **{"data.placement": "host"})
+  assert (tmp_path / "resumed" / "checkpoint.msgpack").exists()  # of round 2
   monkeypatch.setattr(experiment.RunLoop, "record", record)
   resumed = _run(tmp_path, "resumed", **sets, **{"data.placement": "host"})
   _same(resumed, full)
+
+
+def test_adpfl_client_validation_reads_the_streamed_cohort(tmp_path):
+  # schedule.validation='clients' scores the selected clients' data after each round
+  # (evaluation.selected_accuracy), from the streamed cohort's rows.
+  sets = {"model.name": "logistic", "server.selection": "round_robin",
+          "privacy.formula": "noise_multiplier", "privacy.noise_multiplier": "0.8",
+          "schedule.name": "adpfl", "schedule.validation": "clients",
+          "schedule.alpha": "0.02", "schedule.val_noise_multiplier": "1.5"}
+  resident = _run(tmp_path, "device", **sets)
+  streamed = _run(tmp_path, "host", **sets, **{"data.placement": "host"})
+  assert all(r["val_accuracy"] != "" for r in streamed.rows)
+  _same(streamed, resident)
 
 
 def test_memmap_federation_round_trips_and_streams_as_resident(tmp_path):
