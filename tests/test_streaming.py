@@ -2,6 +2,12 @@
 bit for bit the device-resident results, memory-mapped federations, errors before
 compute, and the prefetch thread's failures."""
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -202,3 +208,37 @@ def test_host_and_device_runs_never_share_a_group(tmp_path):
   assert isinstance(b.data.x, np.ndarray) and not isinstance(a.data.x, np.ndarray)
   assert not building.same_program(a, b)
   assert groups.cohort_key(a.config) != groups.cohort_key(b.config)
+
+
+def _four_device_sweep() -> dict:
+  """(Run in a subprocess with 4 CPU devices.) A sweep of 2 seeds x 2 learning rates:
+  mesh (2, 2), cohorts over 'sweep', each cohort's 5 slots padded to 6 and split over
+  'clients'; resident, then streamed."""
+  cfg = small_config(SMALL, rounds=2, **{"model.name": "logistic"})
+  grid = {"seed": [0, 1], "client.lr": [0.1, 0.3]}
+  out = {}
+  for placement in ("device", "host"):
+    rows = sweep.run_sweep(config_lib.override(cfg, [f"data.placement={placement}"]), grid)
+    out[placement] = [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+  return out
+
+
+def test_streamed_equals_resident_on_four_devices(tmp_path):
+  path = tmp_path / "four.json"
+  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                         os.environ.get("PYTHONPATH", "")]))
+  proc = subprocess.run([sys.executable, __file__, str(path)], env=env, capture_output=True,
+                        text=True, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads(path.read_text())
+  assert got["devices"] == 4 and len(got["device"]) == 8
+  assert got["host"] == got["device"]
+
+
+if __name__ == "__main__":
+  import jax
+  result = _four_device_sweep()
+  result["devices"] = len(jax.devices())
+  Path(sys.argv[1]).write_text(json.dumps(result, default=float))
