@@ -362,7 +362,10 @@ class _Lanes:
     stops or a wave that changes merely misses its prefetch)."""
     out = {}
     for i, a in planned.values():
-      ids = _pad_ids(self.loops[i].cohort(self.loops[i].t + 1)[0], self.prog.k_slots)
+      loop = self.loops[i]
+      if loop.t + 1 >= loop.horizon:
+        continue
+      ids = _pad_ids(loop.cohort(loop.t + 1)[0], self.prog.k_slots)
       out.setdefault((int(a.data_id), ids.tobytes()), ids)
     return [(d, ids) for (d, _), ids in out.items()]
 

@@ -124,6 +124,24 @@ def test_memmap_federation_round_trips_and_streams_as_resident(tmp_path):
     stream.close()
 
 
+def test_a_cohort_read_again_next_round_stays_on_the_device():
+  host = FederatedData(*(np.asarray(a) for a in toy_federated(6)))
+  stream, ids = streaming.CohortStream([host]), np.arange(6, dtype=np.int32)
+  try:
+    for _ in range(3):  # server.selection='all': the same cohort every round
+      stream.begin_round()
+      first, _ = stream.take([(0, ids)])
+      stream.prefetch([(0, ids)])
+    assert stream.misses == 1 and stream.hits == 0
+    stream.begin_round()
+    stream.prefetch([])  # the next round reads another cohort: this one is dropped
+    stream.begin_round()
+    stream.take([(0, ids)])
+    assert stream.misses == 2
+  finally:
+    stream.close()
+
+
 def test_uint8_memmap_written_piece_by_piece(tmp_path):
   x, y, counts = streaming.create_federation(tmp_path / "u8", 5, 3, (2, 2))
   rng = np.random.default_rng(0)

@@ -273,6 +273,7 @@ class CohortStream:
                   if background else None)
     self._pending: dict[tuple, concurrent.futures.Future] = {}
     self._ready: dict[tuple, FederatedData] = {}
+    self._keep: set[tuple] = set()  # taken cohorts the next round reads again
     self.hits = self.misses = 0
 
   def _load(self, key: tuple[int, bytes]) -> FederatedData:
@@ -282,13 +283,16 @@ class CohortStream:
     return on_device._replace(x=_as_float32(on_device.x))
 
   def begin_round(self) -> None:
-    """Forgets the cohorts taken in the previous round (their device buffers)."""
-    self._ready.clear()
+    """Forgets the cohorts taken in the previous round (their device buffers), but
+    those the last :meth:`prefetch` asked for again (e.g. ``server.selection='all'``)."""
+    self._ready = {k: v for k, v in self._ready.items() if k in self._keep}
+    self._keep = set()
 
   def prefetch(self, cohorts: Sequence[tuple[int, np.ndarray]]) -> None:
     """Starts gathering ``cohorts`` (``(data_id, ids [K])`` pairs) in the background;
     prefetches not among them are dropped."""
     keys = [_key(d, i) for d, i in cohorts]
+    self._keep = {k for k in keys if k in self._ready}
     for k in list(self._pending):
       if k not in keys:
         self._pending.pop(k).cancel()
