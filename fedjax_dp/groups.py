@@ -47,6 +47,11 @@ def _pad_ids(idx: np.ndarray, k: int) -> np.ndarray:
   return idx if not extra else np.concatenate([idx, np.full(extra, idx[0], idx.dtype)])
 
 
+def _cohort_of(args: RoundArgs) -> tuple[int, bytes]:
+  """A round's cohort as a key: its dataset and its padded client ids."""
+  return int(args.data_id), np.asarray(args.idx, np.int32).tobytes()
+
+
 def _pad_clients(args: RoundArgs, k: int) -> RoundArgs:
   """Pads the client slots to ``k`` (a multiple of the mesh's 'clients' axis) with
   masked copies of the first slot."""
@@ -346,12 +351,12 @@ class _Lanes:
     for row in rows:
       for a in row:
         if a is not self.template:
-          cohorts.setdefault((int(a.data_id), a.idx.tobytes()), len(cohorts))
+          cohorts.setdefault(_cohort_of(a), len(cohorts))
     order = list(cohorts)
     data, offsets = stream.take([(d, np.frombuffer(raw, np.int32)) for d, raw in order])
     k = self.prog.k_slots
     fed = [[a._replace(rows=np.zeros(k, np.int32) if a is self.template else
-                       (offsets[cohorts[int(a.data_id), a.idx.tobytes()]]
+                       (offsets[cohorts[_cohort_of(a)]]
                         + np.arange(k, dtype=np.int32)))
             for a in row] for row in rows]
     return data, fed
