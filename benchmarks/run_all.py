@@ -9,7 +9,9 @@ measured inside each process, just before its timing. Prints one table and write
 ``benchmarks/results/table.md``. ``--quick`` takes fewer repeats and skips the
 slowest baselines; the full run takes about 12 minutes on 2 CPU cores.
 ``--only W3,W4/batched`` re-measures the tasks starting with those prefixes and
-keeps the saved rows of the others. The PyTorch rows need ``pip install
+keeps the saved rows of the others. W8 (cohorts streamed from a 5 GB memory-mapped
+federation) has its own script, ``bench_w8_stream.py``, which writes its rows here;
+this script keeps them. The PyTorch rows need ``pip install
 torch==2.13.0`` (CPU wheel); without torch they are skipped. ``W2/pfl`` (pfl-research
 0.6.0 on W2, ``pfl_w2.py``) runs with ``--pfl-python /tmp/pflvenv/bin/python``, the
 interpreter of a virtual environment with ``pip install 'pfl[pytorch]==0.6.0'``;
@@ -123,8 +125,11 @@ def main(argv=None) -> int:
   have_torch = importlib.util.find_spec("torch") is not None and not args.no_torch
   only = [p for p in args.only.split(",") if p]
   start = time.time()
-  # --only re-measures some tasks and keeps the saved rows of the others.
-  rows: dict[str, dict] = _load_saved() if only and (RESULTS / "all.csv").exists() else {}
+  # --only re-measures some tasks and keeps the saved rows of the others; rows of
+  # tasks this script does not run (W8: bench_w8_stream.py) are always kept.
+  saved = _load_saved() if (RESULTS / "all.csv").exists() else {}
+  listed = {t for t, _ in TASKS}
+  rows: dict[str, dict] = {k: v for k, v in saved.items() if only or k not in listed}
   for task, timeout in TASKS:
     if only and not any(task.startswith(p) for p in only):
       continue
@@ -159,7 +164,9 @@ def main(argv=None) -> int:
 
 
 def _load_saved() -> dict[str, dict]:
-  """The rows of ``results/all.csv`` by task, without the derived comparisons."""
+  """The rows of ``results/all.csv`` by task, without the derived comparisons (rows of
+  tasks this script does not run keep theirs: it cannot derive them)."""
+  listed = {t for t, _ in TASKS}
   from fedjax_dp.results import read_csv
 
   def number(v):
@@ -170,8 +177,8 @@ def _load_saved() -> dict[str, dict]:
 
   rows = {}
   for r in read_csv(RESULTS / "all.csv"):
-    r = {k: number(v) for k, v in r.items()
-         if v != "" and k not in ("vs", "note", "machine")}
+    drop = ("vs", "note", "machine") if r["task"] in listed else ("machine",)
+    r = {k: number(v) for k, v in r.items() if v != "" and k not in drop}
     if "client_chunk" in r:
       r["client_chunk"] = int(r["client_chunk"])
     rows[r["task"]] = r

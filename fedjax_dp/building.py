@@ -23,6 +23,8 @@ from fedjax_dp import config as config_lib
 from fedjax_dp import memory, rounds
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition
+from fedjax_dp.data import streaming
+from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
@@ -36,7 +38,7 @@ class Setup:
 
   config: Any
   model: Any
-  data: Any                 # FederatedData on the device
+  data: Any                 # FederatedData on the device (data.placement='host': numpy)
   x_test: jax.Array
   y_test: jax.Array
   round_cfg: rounds.RoundConfig
@@ -146,7 +148,11 @@ def _build(cfg, cache: dict | None) -> Setup:
   key = data_key(cfg)
   if ("clients", key) not in cache:
     clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
-    cache["clients", key] = (clients, build_federated_data(ds.x_train, ds.y_train, clients))
+    # data.placement='host': the packed arrays stay in host memory; groups.run_group
+    # streams each round's cohort to the device (fedjax_dp.data.streaming).
+    pack = (pack_federated_data if cfg.data.get("placement", "device") == "host"
+            else build_federated_data)
+    cache["clients", key] = (clients, pack(ds.x_train, ds.y_train, clients))
   clients, data = cache["clients", key]
   n_test = int(cfg.data.get("test_samples", 0))
   test_key = (cfg.data.name, cfg.data.dir, n_test)
@@ -199,4 +205,4 @@ def group_key(s: Setup) -> tuple:
   data and test-set shapes, evaluation batch. Everything else (seed, epsilon,
   learning rates, clip norm, schedules, T) is a traced value or host-side."""
   return (s.model, s.round_cfg, s.k_slots, s.data.x.shape, s.data.y.shape,
-          s.x_test.shape, int(s.config.eval.batch_size))
+          s.x_test.shape, int(s.config.eval.batch_size), streaming.is_host(s.data))

@@ -47,7 +47,9 @@ FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
 _MAGIC = b"fedjax_dp checkpoint v1\n"
 # Config fields that do not change a run's results: a run may resume with them changed.
-NON_RESULT_FIELDS = ("progress", "checkpoint.every")
+# data.placement moves the same client data by another route (identical results), so a
+# run checkpointed with one placement resumes with the other.
+NON_RESULT_FIELDS = ("progress", "checkpoint.every", "data.placement")
 
 
 class CheckpointError(UserError):

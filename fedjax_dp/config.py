@@ -72,6 +72,10 @@ def base_config() -> ConfigDict:
   # Evaluate on a fixed random subset of this many test examples (0 = all): for CNN
   # sweeps on a CPU, where scoring all 10,000 MNIST test images dominates a round.
   c.data.test_samples = 0
+  # Where the federation's client data live: device (all of it on the device, gathered
+  # there each round) | host (host memory; each round's cohort is moved to the device,
+  # the next round's prefetched; same results, device memory bounded by the cohort).
+  c.data.placement = "device"
 
   c.model = ConfigDict()
   c.model.name = "mlp_784_256_10"
@@ -461,6 +465,7 @@ FIELD_RULES: dict[str, Rule] = {
     "data.size_sigma": Rule("float", 0.0),
     "data.dominance": _UNIT,
     "data.test_samples": Rule("int", 0, _I32),
+    "data.placement": Rule("str", choices=_registry("fedjax_dp.data.streaming", "PLACEMENTS")),
     "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
     "client.local_steps": Rule("int", 1, _I32),
     "client.batch_size": Rule("int", 0, _I32),

@@ -19,7 +19,7 @@ from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.keys import VALIDATION_NOISE_TAG, round_key
 from fedjax_dp.models import zoo
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, take_rows
+from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, gather_block
 
 PyTree = Any
 
@@ -95,9 +95,7 @@ def selected_accuracy(model: Model, params: PyTree, data: FederatedData, args: R
     ``(released, exact)`` scalars: ``exact + N(0, std^2)`` with the key
     ``fold_in(round_key(seed, round, stream), VALIDATION_NOISE_TAG)``, and ``exact``.
   """
-  stacked = data.counts.ndim == 2
-  x, y, mask, counts = (take_rows(a, args.data_id, args.idx, stacked)
-                        for a in (data.x, data.y, data.mask, data.counts))
+  x, y, counts, mask = gather_block(data, args.data_id, args.idx, args.rows)
 
   def correct(xi, yi, mi):  # [n_max, ...] -> correctly classified real examples
     pred = jnp.argmax(model.apply(params, xi), -1)

@@ -29,6 +29,7 @@ import numpy as np
 
 from fedjax_dp import evaluation, interrupt, memory, program, sharding
 from fedjax_dp.building import CLIENT_CHUNK_AUTO, Setup, data_key, same_program
+from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.results import RunResult
 from fedjax_dp.rounds import RoundArgs
@@ -40,6 +41,17 @@ def _jit_init(model):
   return jax.jit(model.init)
 
 
+def _pad_ids(idx: np.ndarray, k: int) -> np.ndarray:
+  """Client ids padded to ``k`` slots with copies of the first."""
+  extra = k - idx.shape[0]
+  return idx if not extra else np.concatenate([idx, np.full(extra, idx[0], idx.dtype)])
+
+
+def _cohort_of(args: RoundArgs) -> tuple[int, bytes]:
+  """A round's cohort as a key: its dataset and its padded client ids."""
+  return int(args.data_id), np.asarray(args.idx, np.int32).tobytes()
+
+
 def _pad_clients(args: RoundArgs, k: int) -> RoundArgs:
   """Pads the client slots to ``k`` (a multiple of the mesh's 'clients' axis) with
   masked copies of the first slot."""
@@ -47,7 +59,7 @@ def _pad_clients(args: RoundArgs, k: int) -> RoundArgs:
   if not extra:
     return args
   return args._replace(
-      idx=np.concatenate([args.idx, np.full(extra, args.idx[0], args.idx.dtype)]),
+      idx=_pad_ids(args.idx, k),
       sel_mask=np.concatenate([args.sel_mask, np.zeros(extra, np.float32)]),
       noise=np.concatenate([args.noise, np.zeros(extra, np.float32)]))
 
@@ -108,7 +120,8 @@ class _Program(NamedTuple):
   round_fn: Any            # (params, data, args, active) -> (params, metrics), [G, L]
   eval_fn: Any             # (params, x, y) -> (loss, acc), [G, L]
   val_fn: Any              # (params, data, args, std) -> (released, exact), [G, L]
-  data: Any                # client data (stacked [D, U, ...] for several datasets)
+  data: Any                # client data (stacked [D, U, ...] for several datasets);
+                           # None when streamed from the host
   x_test: jax.Array
   y_test: jax.Array
   pts: Any                 # sharding of per-point arrays (None: one device)
@@ -117,6 +130,7 @@ class _Program(NamedTuple):
   k_slots: int             # client slots, a multiple of the mesh's 'clients' axis
   num_cohorts: int         # G
   num_lanes: int           # L
+  stream: Any = None       # streaming.CohortStream (data.placement='host'), else None
 
 
 def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int], Any]:
@@ -130,6 +144,8 @@ def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int], 
       datasets.append(s.data)
       found = len(datasets) - 1
     data_ids.append(found)
+  if streaming.is_host(datasets[0]):  # streamed cohort by cohort (_Lanes.feed)
+    return datasets, data_ids, None
   data = datasets[0] if len(datasets) == 1 else jax.tree_util.tree_map(
       lambda *a: jnp.stack(a), *datasets)
   return datasets, data_ids, data
@@ -157,6 +173,11 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData], d
     round_cfg = dataclasses.replace(
         round_cfg, client_chunk=-(-round_cfg.client_chunk // n_clients) * n_clients)
   trivial = sharding.is_trivial(mesh)
+  stream = None
+  if data is None:
+    rep_sh = None if trivial else sharding.replicated(mesh)
+    stream = streaming.CohortStream(
+        datasets, put=jax.device_put if trivial else lambda t: sharding.put(t, rep_sh))
   round_fn, eval_fn = program.make_sweep_fns(model, round_cfg,
                                              int(cfgs[0].eval.batch_size),
                                              None if trivial else mesh)
@@ -167,9 +188,10 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData], d
   else:
     pts, rep = sharding.points(mesh), sharding.replicated(mesh)
     args_sharding = program.round_args_sharding(mesh)
-    data, x_test, y_test = sharding.put((data, first.x_test, first.y_test), rep)
+    x_test, y_test = sharding.put((first.x_test, first.y_test), rep)
+    data = data if data is None else sharding.put(data, rep)
   return _Program(round_fn, eval_fn, val_fn, data, x_test, y_test, pts, args_sharding,
-                  trivial, k_slots, num_cohorts, num_lanes)
+                  trivial, k_slots, num_cohorts, num_lanes, stream)
 
 
 class _Lanes:
@@ -287,7 +309,9 @@ class _Lanes:
           a = planned[g, lane][1]
           by_key.setdefault((int(a.round), int(a.seed), int(a.data_id)), []).append(lane)
       phases.append(list(by_key.values()))
-    metrics = {}
+    metrics, pending = {}, []
+    if prog.stream is not None:
+      prog.stream.begin_round()
     for c in range(max(len(p) for p in phases)):
       rows, active = [], np.zeros((prog.num_cohorts, prog.num_lanes), bool)
       ons = [phases[g][c] if c < len(phases[g]) else [] for g in range(prog.num_cohorts)]
@@ -297,14 +321,58 @@ class _Lanes:
         ref = planned[g, on[0]][1] if on else self.template
         rows.append([planned[g, lane][1] if lane in on else ref
                      for lane in range(prog.num_lanes)])
-      self.params, m = prog.round_fn(self.params, prog.data,
+      data, rows = self.feed(rows)
+      self.params, m = prog.round_fn(self.params, data,
                                      sharding.put(self.stack(rows), prog.args_sharding),
                                      sharding.put(active, prog.pts))
+      pending.append((m, ons))
+    if prog.stream is not None:
+      # The round is dispatched: gather the next round's cohorts while it computes.
+      prog.stream.prefetch(self.next_cohorts(planned))
+    for m, ons in pending:
       m = jax.device_get(m)._asdict()
       for g, on in enumerate(ons):
         for lane in on:
           metrics[g, lane] = {k: v[g, lane] for k, v in m.items()}
     return metrics
+
+  def feed(self, rows: list[list[RoundArgs]]) -> tuple[Any, list[list[RoundArgs]]]:
+    """The client data one device call reads, and its ``[G][L]`` args.
+
+    Resident data: the program's, args unchanged. Streamed (``data.placement='host'``):
+    the distinct cohorts of the call, moved to the device one after another, and each
+    lane's ``RoundArgs.rows`` pointing at its cohort's rows (the idle template's at
+    row 0: its lanes are frozen and read nothing that matters).
+    """
+    stream = self.prog.stream
+    if stream is None:
+      return self.prog.data, rows
+    cohorts: dict[tuple, int] = {}
+    for row in rows:
+      for a in row:
+        if a is not self.template:
+          cohorts.setdefault(_cohort_of(a), len(cohorts))
+    order = list(cohorts)
+    data, offsets = stream.take([(d, np.frombuffer(raw, np.int32)) for d, raw in order])
+    k = self.prog.k_slots
+    fed = [[a._replace(rows=np.zeros(k, np.int32) if a is self.template else
+                       (offsets[cohorts[_cohort_of(a)]]
+                        + np.arange(k, dtype=np.int32)))
+            for a in row] for row in rows]
+    return data, fed
+
+  def next_cohorts(self, planned) -> list[tuple[int, np.ndarray]]:
+    """The cohorts the runs of ``planned`` will select next round, as ``(data_id,
+    ids [k_slots])`` (selection depends only on (seed, round): known ahead; a run that
+    stops or a wave that changes merely misses its prefetch)."""
+    out = {}
+    for i, a in planned.values():
+      loop = self.loops[i]
+      if loop.t + 1 >= loop.horizon:
+        continue
+      ids = _pad_ids(loop.cohort(loop.t + 1)[0], self.prog.k_slots)
+      out.setdefault((int(a.data_id), ids.tobytes()), ids)
+    return [(d, ids) for (d, _), ids in out.items()]
 
   def validate(self, planned) -> np.ndarray | None:
     """The released validation scores ``[G, L]``, if a planned round releases one."""
@@ -314,10 +382,11 @@ class _Lanes:
     # Every lane's own cohort (idle lanes: the template, std 0, result unused).
     rows = [[planned[g, lane][1] if (g, lane) in planned else self.template
              for lane in range(prog.num_lanes)] for g in range(prog.num_cohorts)]
+    data, rows = self.feed(rows)
     stds = np.array([[max(self.loops[planned[g, lane][0]].val_std, 0.0)
                       if (g, lane) in planned else 0.0 for lane in range(prog.num_lanes)]
                      for g in range(prog.num_cohorts)], np.float32)
-    return np.asarray(jax.device_get(prog.val_fn(self.params, prog.data, self.stack(rows),
+    return np.asarray(jax.device_get(prog.val_fn(self.params, data, self.stack(rows),
                                                  stds)[0]))
 
   def evaluate(self, planned) -> np.ndarray | None:
@@ -389,17 +458,21 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)],
                        [int(c.rounds) for c in cfgs])
   prog = _compile(cfgs, first, datasets, data, layout, devices)
-  lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar)
-  while True:
-    if interrupt.requested():
-      lanes.interrupt()
-      raise KeyboardInterrupt
-    planned = lanes.plan()
-    lanes.follow_horizons()
-    if not planned:
-      break
-    metrics = lanes.train(planned)
-    val = lanes.validate(planned)
-    test = lanes.evaluate(planned)
-    lanes.record(planned, metrics, val, test)
+  try:
+    lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar)
+    while True:
+      if interrupt.requested():
+        lanes.interrupt()
+        raise KeyboardInterrupt
+      planned = lanes.plan()
+      lanes.follow_horizons()
+      if not planned:
+        break
+      metrics = lanes.train(planned)
+      val = lanes.validate(planned)
+      test = lanes.evaluate(planned)
+      lanes.record(planned, metrics, val, test)
+  finally:
+    if prog.stream is not None:
+      prog.stream.close()
   return [lanes.finished[i] for i in range(num)]

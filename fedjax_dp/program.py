@@ -122,4 +122,4 @@ def round_args_sharding(mesh) -> RoundArgs:
   pts, pc = sharding.points(mesh), sharding.point_clients(mesh)
   return RoundArgs(idx=pc, sel_mask=pc, lr=pts, clip=pts, noise=pc, central_noise=pts,
                    server_lr=pts, round=pts, seed=pts, data_id=pts, stream=pts,
-                   count_noise=pts)
+                   count_noise=pts, rows=pc)

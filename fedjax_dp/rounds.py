@@ -70,6 +70,12 @@ class RoundArgs(NamedTuple):
       2021, the ``sigma_b`` of their Alg. 1), required then (a round without it is
       refused: the count would go out unnoised); unused (may be None) otherwise.
       ``run_loop.private_median_noise`` gives it with the round's clip and noise.
+    rows: ``[K]`` int32 rows of ``data.x``/``y``/``mask`` that hold the selected
+      clients' examples, when the round is fed only its cohort's data (streamed
+      from the host, :mod:`fedjax_dp.data.streaming`; ``data.counts`` stays the
+      whole federation's). None (default): the rows are ``idx`` (device-resident
+      ``[U, ...]`` data). Keys and weights always follow ``idx``, so a streamed
+      round computes what the resident round computes.
   """
 
   idx: jax.Array
@@ -84,6 +90,7 @@ class RoundArgs(NamedTuple):
   data_id: jax.Array | int = 0
   stream: jax.Array | int = 0
   count_noise: jax.Array | None = None
+  rows: jax.Array | None = None
 
 
 class RoundMetrics(NamedTuple):
@@ -249,6 +256,12 @@ def _chunked(a: jax.Array, num_chunks: int, chunk: int, fill) -> jax.Array:
   return jnp.swapaxes(a.reshape((chunk, num_chunks) + a.shape[1:]), 0, 1)
 
 
+def _chunked_rows(rows: jax.Array | None, num_chunks: int, chunk: int):
+  """:func:`_chunked` for a streamed cohort's rows (padding repeats row 0, as the ids'
+  padding repeats id 0 of the cohort); None stays None (resident data)."""
+  return None if rows is None else _chunked(rows, num_chunks, chunk, rows[0])
+
+
 def _one(f):
   """``lanes`` of a single point: the function itself (no lane axis)."""
   return f
@@ -287,8 +300,30 @@ class _Round(NamedTuple):
   def gather(self, a: jax.Array, idx: jax.Array) -> jax.Array:
     return take_rows(a, self.cohort.data_id, idx, self.data.counts.ndim == 2)
 
-  def gather_block(self, idx: jax.Array) -> FederatedData:
-    return jax.tree_util.tree_map(lambda a: self.gather(a, idx), self.data)
+  def gather_block(self, idx: jax.Array, rows: jax.Array | None = None) -> FederatedData:
+    """The block's clients ``idx [B]``: examples from ``rows [B]`` of a streamed
+    cohort's data (if given), counts from the federation's."""
+    return gather_block(self.data, self.cohort.data_id, idx, rows)
+
+
+def gather_block(data: FederatedData, data_id: jax.Array, idx: jax.Array,
+                 rows: jax.Array | None) -> FederatedData:
+  """Clients ``idx [B]`` of ``data`` as a :class:`FederatedData` with leading axis B.
+
+  Args:
+    data: resident ``[U, ...]`` (or stacked ``[D, U, ...]``) data, or a streamed
+      cohort's: ``x``/``y``/``mask`` ``[R, ...]`` rows and the federation's counts.
+    data_id: which stacked dataset (ignored unless ``counts`` is ``[D, U]``).
+    idx: ``[B]`` client ids (they index ``counts``, and the examples when ``rows`` is None).
+    rows: ``[B]`` rows of a streamed cohort's ``x``/``y``/``mask``, or None.
+  """
+  stacked = data.counts.ndim == 2
+  counts = take_rows(data.counts, data_id, idx, stacked)
+  if rows is None:
+    x, y, mask = (take_rows(a, data_id, idx, stacked) for a in (data.x, data.y, data.mask))
+  else:
+    x, y, mask = (take_rows(a, 0, rows, False) for a in (data.x, data.y, data.mask))
+  return FederatedData(x=x, y=y, counts=counts, mask=mask)
 
 
 def _prepare(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
@@ -327,10 +362,12 @@ def _hparams(a: RoundArgs, b: int, step_noise: jax.Array, upload_noise: jax.Arra
       count=counts.astype(jnp.float32))
 
 
-def _block(r: _Round, idx: jax.Array, sel: jax.Array, noise: jax.Array):
-  """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point):
+def _block(r: _Round, idx: jax.Array, sel: jax.Array, noise: jax.Array,
+           rows: jax.Array | None = None):
+  """Weighted sums over one block of clients ``idx [B]`` (noise ``[B]`` per point;
+  examples at ``rows [B]`` of a streamed cohort, if given):
   ``(aggregate, train loss, gradient norm, unclipped count)``, per point."""
-  d = r.gather_block(idx)
+  d = r.gather_block(idx, rows)
   c = d.counts.astype(jnp.float32) * sel
   b = idx.shape[0]
 
@@ -357,11 +394,12 @@ def _block(r: _Round, idx: jax.Array, sel: jax.Array, noise: jax.Array):
   return r.lanes(one_point)(r.params, r.args, noise)
 
 
-def _norms_block(r: _Round, idx: jax.Array, sel: jax.Array) -> jax.Array:
+def _norms_block(r: _Round, idx: jax.Array, sel: jax.Array,
+                 rows: jax.Array | None = None) -> jax.Array:
   """Unclipped update norms ``[B]`` (per point) of one block (``clip_rule='median'``):
   the same local training and keys as the clipped pass, without the final clip."""
   del sel  # (the median masks the padding slots itself)
-  d = r.gather_block(idx)
+  d = r.gather_block(idx, rows)
   b = idx.shape[0]
   norm_cfg = dataclasses.replace(r.client_cfg, clip_mode="none", noise_placement="none")
 
@@ -386,11 +424,12 @@ def _median_clip(r: _Round) -> _Round:
   certifies inf)."""
   cohort, k, chunk = r.cohort, r.cohort.idx.shape[0], r.cfg.client_chunk
   if chunk <= 0 or chunk >= k:
-    norms = _norms_block(r, cohort.idx, cohort.sel_mask)
+    norms = _norms_block(r, cohort.idx, cohort.sel_mask, cohort.rows)
   else:
     num_chunks = -(-k // chunk)
     xs = (_chunked(cohort.idx, num_chunks, chunk, cohort.idx[0]),
-          _chunked(cohort.sel_mask, num_chunks, chunk, 0.0))
+          _chunked(cohort.sel_mask, num_chunks, chunk, 0.0),
+          _chunked_rows(cohort.rows, num_chunks, chunk))
     _, norms = jax.lax.scan(lambda c, i: (c, _norms_block(r, *i)), 0, xs)
     # [chunks, (L,) B] -> [(L,) K]: slot s sits in chunk s % num_chunks (_chunked).
     norms = jnp.moveaxis(norms, 0, -1)
@@ -406,14 +445,15 @@ def _client_sums(r: _Round):
   that accumulates the sums (``RoundConfig.client_chunk``)."""
   cohort, k, chunk = r.cohort, r.cohort.idx.shape[0], r.cfg.client_chunk
   if chunk <= 0 or chunk >= k:
-    return _block(r, cohort.idx, cohort.sel_mask, r.args.noise)
+    return _block(r, cohort.idx, cohort.sel_mask, r.args.noise, cohort.rows)
   num_chunks = -(-k // chunk)
   noise = r.lanes(lambda nz: _chunked(nz, num_chunks, chunk, 0.0))(r.args.noise)
   if r.lanes is not _one:
     noise = jnp.swapaxes(noise, 0, 1)  # [L, chunks, B] -> [chunks, L, B]
   # Padding slots repeat a valid id and are masked out of every sum.
   xs = (_chunked(cohort.idx, num_chunks, chunk, cohort.idx[0]),
-        _chunked(cohort.sel_mask, num_chunks, chunk, 0.0), noise)
+        _chunked(cohort.sel_mask, num_chunks, chunk, 0.0), noise,
+        _chunked_rows(cohort.rows, num_chunks, chunk))
 
   def body(acc, inputs):
     return jax.tree_util.tree_map(jnp.add, acc, _block(r, *inputs)), None

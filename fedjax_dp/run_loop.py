@@ -206,6 +206,14 @@ class RunLoop:
     """Whether the planned round ends with a test-set evaluation."""
     return self._pending is not None and self._pending.evaluate
 
+  def cohort(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round ``t``'s selection ``(idx [K], mask [K])``; it depends only on (seed, t),
+    so the round after the planned one is known ahead (streamed data prefetches it)."""
+    cfg = self.cfg
+    return cohort_lib.select_clients(cfg.server.selection, self.setup.num_clients,
+                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
+                                     weights=self.setup.selection_weights)
+
   def plan_round(self) -> RoundArgs | None:
     """Plans round ``t``: its device inputs (numpy), or None when the run stops."""
     if not self.running:
@@ -217,9 +225,7 @@ class RunLoop:
       return None
     self.horizon = plan.horizon
     client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
-    idx, sel = cohort_lib.select_clients(cfg.server.selection, self.setup.num_clients,
-                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
-                                     weights=self.setup.selection_weights)
+    idx, sel = self.cohort(t)
     # Deterministic rules (round robin) are charged for the clients that take part.
     validate = self.validate_clients and (t + 1) % self.adjust_every == 0
     new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,

@@ -25,14 +25,14 @@ def _next_release(monkeypatch) -> None:
     return c
 
   monkeypatch.setattr(config_lib, "base_config", with_knob)
-  monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-  monkeypatch.setitem(schema.ADDED_FIELDS, "server.future_knob", 2)
+  monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+  monkeypatch.setitem(schema.ADDED_FIELDS, "server.future_knob", 3)
 
 
 def test_stored_configs_read_in_the_current_schema(monkeypatch):
   cfg = config_lib.load_config(QUICKSTART).to_dict()
   stored = schema.stamped(cfg)
-  assert stored["schema_version"] == schema.SCHEMA_VERSION == 1
+  assert stored["schema_version"] == schema.SCHEMA_VERSION == 2  # 2: data.placement
   assert schema.upgraded(stored) == cfg
   assert schema.version(cfg) == 1  # no version: the first schema
   # A run's config.json (with its version) still runs again as a config file.
@@ -48,8 +48,8 @@ def test_stored_configs_read_in_the_current_schema(monkeypatch):
   moved = config_lib.override(new, ["server.future_knob=1.0"])
   assert noise_identity.identity(moved) != ident
   assert checkpoint.config_diff(stored, moved.to_dict()) == ["server.future_knob: 0.0 -> 1.0"]
-  with pytest.raises(config_lib.ConfigError, match="schema version 3, newer"):
-    schema.upgraded({**stored, "schema_version": 3})
+  with pytest.raises(config_lib.ConfigError, match="schema version 4, newer"):
+    schema.upgraded({**stored, "schema_version": 4})
 
 
 def test_run_dir_of_the_previous_release_resumes_bit_identically(tmp_path, monkeypatch,
@@ -70,7 +70,7 @@ def test_run_dir_of_the_previous_release_resumes_bit_identically(tmp_path, monke
   with pytest.raises(Killed):
     cli.main([*ARGS, "--out", str(old)])
   monkeypatch.setattr(experiment.RunLoop, "record", record)
-  assert json.loads((old / "config.json").read_text())["schema_version"] == 1
+  assert json.loads((old / "config.json").read_text())["schema_version"] == 2
   changed, knob_set = tmp_path / "changed", tmp_path / "knob_set"
   for d in (changed, knob_set):
     shutil.copytree(old, d)
@@ -81,7 +81,7 @@ def test_run_dir_of_the_previous_release_resumes_bit_identically(tmp_path, monke
   assert cli.main([*ARGS, "--out", str(full)]) == 0
   _same_run(full, old)
   stored = json.loads((old / "config.json").read_text())
-  assert stored["schema_version"] == 2 and stored["server"]["future_knob"] == 0.0
+  assert stored["schema_version"] == 3 and stored["server"]["future_knob"] == 0.0
 
   # A field both configs hold that differs is refused, as before; so is the new field
   # set away from the default the old run ran with.

@@ -36,6 +36,16 @@ def build_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[
                          n_max: int | None = None) -> FederatedData:
   """Packs host arrays and a partition into padded device arrays.
 
+  :func:`pack_federated_data`, then moved to the default device (``data.placement=
+  'device'``; the host placement keeps the packed arrays, :mod:`.streaming`).
+  """
+  return jax.tree_util.tree_map(jnp.asarray, pack_federated_data(x, y, client_indices, n_max))
+
+
+def pack_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[np.ndarray],
+                        n_max: int | None = None) -> FederatedData:
+  """Packs host arrays and a partition into padded host (numpy) arrays.
+
   Args:
     x: all training examples ``[N, *example_shape]``.
     y: integer labels ``[N]``, or float regression targets (kept as float32).
@@ -45,7 +55,7 @@ def build_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[
       keeps shapes, hence compiled programs, the same across partitions.
 
   Returns:
-    A :class:`FederatedData` on the default device.
+    A :class:`FederatedData` of numpy arrays (``x`` float32 ``[U, n_max, ...]``).
 
   Raises:
     ValueError: mismatched ``x``/``y``, an index out of range, or a client larger than
@@ -77,8 +87,7 @@ def build_federated_data(x: np.ndarray, y: np.ndarray, client_indices: Sequence[
   xs[~mask] = 0.0
   y_dtype = np.float32 if np.issubdtype(y.dtype, np.floating) else np.int32
   ys = np.where(mask, y[padded], 0).astype(y_dtype)
-  return FederatedData(x=jnp.asarray(xs), y=jnp.asarray(ys), counts=jnp.asarray(counts),
-                       mask=jnp.asarray(mask, jnp.float32))
+  return FederatedData(x=xs, y=ys, counts=counts, mask=mask.astype(np.float32))
 
 
 def gather_clients(data: FederatedData, idx: jax.Array) -> FederatedData:
