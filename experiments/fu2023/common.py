@@ -54,6 +54,10 @@ INF = float("inf")
 # LR / Laplace (Figs. 1, 3, 5, 7).
 LR_EPSILONS = (1.0, 3.0, 5.0, INF)
 LR = {"num_clients": 1000, "samples_per_client": 8, "clients_per_round": 100, "lr": 0.05}
+# eta chosen by the eps = inf calibration (calibrate.py, results/baseline_calibration.csv):
+# Fig. 1 runs at it; Figs. 3, 5, 7 and compare_mechanisms were committed at 0.05 before
+# the calibration and keep LR's 0.05 until they are re-run.
+LR_CALIBRATED = 0.1
 # CNN / Gaussian (Figs. 2, 4, 6): the paper's N = 3,500, b = 350 reduced to N = 20
 # clients of ~20 images on average, b = 2 (b / N = 1/10 as in the paper), 500 test
 # images per evaluation: what 2 shared CPU cores run in minutes (REPRODUCTION.md).

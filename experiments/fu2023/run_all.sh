@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 F=experiments/fu2023
-python $F/fig1_lr_epsilon.py                 # Fig. 1
+python $F/calibrate.py                       # eps = inf calibration of eta (LR, CNN) first
+python $F/fig1_lr_epsilon.py                 # Fig. 1 (at the calibrated eta)
 python $F/fig3_lr_T.py                       # Fig. 3 + Table II
 python $F/fig5_lr_E.py                       # Fig. 5 + Table III (+ E up to 120)
 python $F/fig7_lr_rule.py                    # Fig. 7

@@ -48,11 +48,19 @@ def main(argv=None):
   ap.add_argument("--t-grid", default=",".join(map(str, common.T_GRID)),
                   help="T values of the optimal-UDP search (and the loss-vs-T curve)")
   ap.add_argument("--tag", default="", help="suffix of the output names")
+  ap.add_argument("--lr", type=float, default=None,
+                  help="eta (default: the config's 0.5; calibrate.py's choice for a re-run)")
+  ap.add_argument("--clip", type=float, default=None,
+                  help="C (default: the config's 1; calibrate.py's median rule for a re-run)")
   args = ap.parse_args(argv)
   start = time.time()
   tag = f"{args.regime}_q{args.q:g}{args.tag}"
   cfg = common.mlp_config(args.regime, args.q, args.rounds)
   cfg.schedule.t_grid = tuple(int(t) for t in args.t_grid.split(","))
+  if args.lr is not None:
+    cfg.client.lr = args.lr
+  if args.clip is not None:
+    cfg.client.clip = args.clip
   cfg.name = f"wei_compare_{tag}"
   eps = [float(e) for e in args.epsilons.split(",")]
   methods = args.methods.split(",")

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 W=experiments/wei2021
+python $W/calibrate.py                                             # eps = inf calibration, paper regime
 python $W/fig2_moment_bound.py
 python $W/compare_methods.py --q 1 --seeds 3                       # Figs. 5, 8a, 9a, 10a
 python $W/compare_methods.py --q 1 --regime strong --seeds 3       # same, |D_i| = 25
