@@ -703,7 +703,18 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
         "validation": self.validation,
         "val_noise_multiplier": self.val_noise_multiplier if self.validation == "clients"
         else None,
-        "accounting": accounting_info}
+        "accounting": accounting_info,
+        **({"correlated": self.describe_correlated()} if self.correlated is not None else {})}
+
+  def describe_correlated(self) -> dict[str, Any]:
+    """The strategy of a correlated mechanism and each client's matrix sensitivity over
+    the run (``s_i``: the release is one Gaussian of multiplier ``sigma / s_i``)."""
+    s, sens = self.correlated, np.sqrt(self.correlated_sens_sq())
+    return {"strategy": s.name, "rounds": s.rounds, "bands": len(s.coefs) or None,
+            "coefs": list(s.coefs) or None, "tree_restart": s.restart or None,
+            "matrix_sensitivity_max": float(np.max(sens)),
+            "matrix_sensitivity_min": float(np.min(sens)),
+            "amplification": "none: the realised (public) participation of each client"}
 
 
 POISSON_ASSUMPTION = {
