@@ -102,7 +102,7 @@ def main(argv=None):
   fig.tight_layout()
   RESULTS.mkdir(parents=True, exist_ok=True)
   fig.savefig(RESULTS / "compare.png", dpi=110)
-  repro.save_meta(RESULTS, "compare", start, points=int(len(out)), quick=args.quick)
+  repro.save_meta(RESULTS, "compare", start, points=len(out), quick=args.quick)
   print(table.to_string())
 
 
