@@ -399,8 +399,12 @@ class _PlanEvents:
     participation (:attr:`patterns`; the Gram matrix of the whole horizon, an upper
     bound for a prefix since the rows of later rounds only add)."""
     r = self.rounds if rounds is None else min(int(rounds), self.rounds)
-    g = correlated.gram(self.correlated)[:r, :r]
-    return correlated.pattern_sensitivity_sq(g, self.patterns[:, :r])
+    cache = self.__dict__.setdefault("_correlated_sens_sq", {})  # calibration asks often
+    if r not in cache:
+      g = correlated.gram(self.correlated)[:r, :r]
+      cache[r] = correlated.pattern_sensitivity_sq(g, self.patterns[:, :r])
+      cache[r].setflags(write=False)
+    return cache[r]
 
 
 class _PlanAccountant:
