@@ -27,7 +27,12 @@ from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan, selection_probability
+from fedjax_dp.privacy.plan import (
+  PrivacyPlan,
+  correlated_strategy,
+  make_privacy_plan,
+  selection_probability,
+)
 
 CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
 
@@ -114,7 +119,8 @@ def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
                             aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
                             expected_fraction=fraction,
                             conv_impl=cfg.server.get("conv_impl", "auto"),
-                            clip_rule=cfg.server.get("clip_rule", "fixed"))
+                            clip_rule=cfg.server.get("clip_rule", "fixed"),
+                            correlated=correlated_strategy(cfg))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:

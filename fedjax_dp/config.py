@@ -129,7 +129,15 @@ def base_config() -> ConfigDict:
   c.privacy = ConfigDict()
   c.privacy.epsilon = 4.0          # per-client target; inf disables noise
   c.privacy.delta = 1e-3
+  # gaussian | laplace (i.i.d. per round) | tree | bandmf (correlated across rounds,
+  # central placement: DP-FTRL tree aggregation, Kairouz et al. 2021; banded matrix
+  # factorisation, Choquette-Choo et al. 2023; fedjax_dp.privacy.correlated)
   c.privacy.mechanism = "gaussian"
+  # bandmf: bands b of the Toeplitz strategy (0: the round-robin pass length U/K,
+  # capped at rounds; 1 band is i.i.d. noise)
+  c.privacy.bands = 0
+  # tree: rounds per tree before a restart (0: the round-robin pass length, or rounds)
+  c.privacy.tree_restart = 0
   c.privacy.placement = "upload"   # upload | step | central | none
   # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
   # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
@@ -501,6 +509,8 @@ FIELD_RULES: dict[str, Rule] = {
     "privacy.enforce_budget": Rule("bool"),
     "privacy.noise_sampling": Rule("str", choices=_fixed("per_client", "aggregate")),
     "privacy.noise_stream": Rule("int", 0, _I32),
+    "privacy.bands": Rule("int", 0, _I32),
+    "privacy.tree_restart": Rule("int", 0, _I32),
     "privacy.common_random_numbers": Rule("bool"),
     "schedule.name": Rule("str", choices=_registry("fedjax_dp.schedules", "SCHEDULES",
                                                    "optimal_t")),

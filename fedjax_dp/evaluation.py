@@ -19,7 +19,7 @@ from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.keys import VALIDATION_NOISE_TAG, round_key
 from fedjax_dp.models import zoo
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, gather_block
+from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, gather_block, model_params
 
 PyTree = Any
 
@@ -121,7 +121,7 @@ def make_validation_fn(model: Model, cfg: RoundConfig):
     # point axis), as sweep_evaluate does.
     lead = std.shape
     flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]),
-                                  (params, args, std))
+                                  (model_params(params), args, std))
     out = one(flat[0], data, flat[1], flat[2])
     return jax.tree_util.tree_map(lambda a: a.reshape(lead), out)
 

@@ -32,7 +32,7 @@ from fedjax_dp.building import CLIENT_CHUNK_AUTO, Setup, data_key, same_program
 from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.results import RunResult
-from fedjax_dp.rounds import RoundArgs
+from fedjax_dp.rounds import RoundArgs, carried_params
 from fedjax_dp.run_loop import RunLoop
 
 
@@ -232,7 +232,8 @@ class _Lanes:
     seed = int(self.cfgs[i].seed)
     if seed not in self._inits:
       self._inits[seed] = jax.device_get(self._init(jax.random.PRNGKey(seed)))
-    return self._inits[seed]
+    # A correlated mechanism's carried noise state starts with the run (CarriedParams).
+    return carried_params(self.loops[i].setup.round_cfg, self._inits[seed])
 
   def lane_params(self, g, lane):
     host = self.params if jax.process_count() == 1 else sharding.to_host(self.params)

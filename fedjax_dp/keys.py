@@ -22,6 +22,9 @@ COUNT_NOISE_TAG = 4  # server_key -> fold_in(., 4): noise of the clip rule's cou
 # round_key -> fold_in(., 5): noise of the released validation score on the selected
 # clients' data (schedule.validation='clients', A-DPFL eq. (15))
 VALIDATION_NOISE_TAG = 5
+# round_key(seed, 0) -> fold_in(., 6): the correlated mechanisms' noise (tree nodes,
+# BandMF's Z_t), which is indexed by node or round itself (correlated_key)
+CORRELATED_TAG = 6
 
 
 def round_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
@@ -49,3 +52,10 @@ def client_keys(seed: jax.Array, t: jax.Array, ids: jax.Array,
 def server_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
   """The server's key for round ``t``."""
   return jax.random.fold_in(round_key(seed, t, stream), SERVER_TAG)
+
+
+def correlated_key(seed: jax.Array, stream: jax.Array | int = 0) -> jax.Array:
+  """``fold_in(round_key(seed, 0, stream), CORRELATED_TAG)``: the base key of a correlated
+  mechanism's noise (:mod:`fedjax_dp.privacy.correlated`), which folds in the round
+  (BandMF's ``Z_t``) or the tree node itself. Round 0's own draws fold in other tags."""
+  return jax.random.fold_in(round_key(seed, jnp.int32(0), stream), CORRELATED_TAG)

@@ -18,7 +18,15 @@ from fedjax_dp import sharding
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.evaluation import sweep_evaluate
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, RoundMetrics, _one, _round, cohort_step
+from fedjax_dp.rounds import (
+  RoundArgs,
+  RoundConfig,
+  RoundMetrics,
+  _one,
+  _round,
+  cohort_step,
+  model_params,
+)
 
 PyTree = Any
 
@@ -105,7 +113,7 @@ def make_sweep_fns(model: Model, cfg: RoundConfig, eval_batch_size: int = 2048,
     return sweep_step(model, cfg, params, data, args, active, in_sequence, sweep_devices)
 
   def eval_fn(params, x, y):
-    return sweep_evaluate(model, params, x, y, eval_batch_size)
+    return sweep_evaluate(model, model_params(params), x, y, eval_batch_size)
 
   if sharding.is_trivial(mesh):
     return jax.jit(round_fn, donate_argnums=0), jax.jit(eval_fn)

@@ -30,10 +30,16 @@ import jax.numpy as jnp
 from fedjax_dp import client as client_lib
 from fedjax_dp import one_step
 from fedjax_dp.data.federated import FederatedData
-from fedjax_dp.keys import AGGREGATE_NOISE_TAG, COUNT_NOISE_TAG, client_keys, server_key
+from fedjax_dp.keys import (
+  AGGREGATE_NOISE_TAG,
+  COUNT_NOISE_TAG,
+  client_keys,
+  correlated_key,
+  server_key,
+)
 from fedjax_dp.models import layers, zoo
 from fedjax_dp.models.base import Model
-from fedjax_dp.privacy import mechanisms
+from fedjax_dp.privacy import correlated, mechanisms
 
 PyTree = Any
 AGGREGATIONS = ("normalized", "unnormalized", "fixed")
@@ -156,6 +162,11 @@ class RoundConfig:
       convolution becomes a grouped convolution, which XLA:CPU runs slowly; im2col
       turns it into a batched matmul (docs/scaling.md has the measurements). Same
       result up to float summation order; models without convolutions ignore it.
+    correlated: the strategy of a correlated mechanism (``privacy.mechanism`` tree or
+      bandmf, :mod:`fedjax_dp.privacy.correlated`), None for i.i.d. noise. The server
+      then adds ``central_noise * (C^+ Z)_t`` (round t's row of the correlated noise)
+      instead of i.i.d. noise; a strategy that carries state (BandMF, b > 1) runs on
+      :class:`CarriedParams` (:func:`carried_params`).
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
@@ -166,6 +177,7 @@ class RoundConfig:
   expected_fraction: float = 1.0
   conv_impl: str = "auto"
   clip_rule: str = "fixed"
+  correlated: correlated.Strategy | None = None
 
   def __post_init__(self):
     if not 0.0 < self.expected_fraction <= 1.0:
@@ -183,6 +195,12 @@ class RoundConfig:
                        "the server: it needs client.clip_mode='update_l2' and "
                        "privacy.placement='central' (or 'none'); got "
                        f"{self.client.clip_mode!r}, {self.client.noise_placement!r}")
+    if self.correlated is not None and (self.client.noise_placement not in ("central", "none")
+                                        or self.clip_rule != "fixed"):
+      raise ValueError(f"privacy.mechanism={self.correlated.name!r} is central noise on "
+                       "fixed-clip updates: it needs privacy.placement='central' and "
+                       f"server.clip_rule='fixed' (got {self.client.noise_placement!r}, "
+                       f"{self.clip_rule!r})")
     if self.conv_impl not in CONV_IMPLS:
       raise ValueError(f"server.conv_impl: unknown {self.conv_impl!r}; known: {CONV_IMPLS}")
     if self.client_chunk < 0:
@@ -193,6 +211,34 @@ class RoundConfig:
       raise ValueError("privacy.noise_sampling='aggregate' needs Gaussian upload noise "
                        "(a sum of Laplace draws is not Laplace); got placement "
                        f"{self.client.noise_placement!r}, mechanism {self.client.mechanism!r}")
+
+
+class CarriedParams(NamedTuple):
+  """The global model and the correlated noise's carried state (BandMF: ``w_{t-1} ..
+  w_{t-b+1}``, ``[b-1, *leaf]`` per leaf), carried by the round from one call to the
+  next (and checkpointed with the model; never written to ``model.msgpack``)."""
+
+  model: PyTree
+  noise: PyTree
+
+
+def carries_state(cfg: RoundConfig) -> bool:
+  """Whether the round runs on :class:`CarriedParams` (a correlated strategy with state)."""
+  s = cfg.correlated
+  return s is not None and correlated.get(s.name).init(s, jnp.zeros(())) is not None
+
+
+def carried_params(cfg: RoundConfig, params: PyTree) -> PyTree:
+  """A run's initial round input: ``params``, or :class:`CarriedParams` with the
+  strategy's initial state when the round carries one (:func:`carries_state`)."""
+  if not carries_state(cfg) or isinstance(params, CarriedParams):
+    return params
+  return CarriedParams(params, correlated.get(cfg.correlated.name).init(cfg.correlated, params))
+
+
+def model_params(params: PyTree) -> PyTree:
+  """The model of a round input (strips :class:`CarriedParams`' noise state)."""
+  return params.model if isinstance(params, CarriedParams) else params
 
 
 def take_rows(a: jax.Array, data_id: jax.Array, idx: jax.Array, stacked: bool) -> jax.Array:
@@ -464,11 +510,26 @@ def _client_sums(r: _Round):
   return sums
 
 
-def _server_noise(r: _Round, a: RoundArgs, agg: PyTree, count: jax.Array):
-  """The server's draws on one point's aggregate: central noise, the aggregated
-  upload noise, and the private_median rule's noisy count."""
+def _correlated_noise(cfg: RoundConfig, a: RoundArgs, agg: PyTree, state: PyTree):
+  """``(aggregate + central_noise * (C^+ Z)_t, state')``: round t's row of the
+  correlated noise (:mod:`fedjax_dp.privacy.correlated`), from the run's correlated
+  key (:func:`fedjax_dp.keys.correlated_key`) and the carried state."""
+  s = cfg.correlated
+  noise, state = correlated.get(s.name).sample(s, correlated_key(a.seed, a.stream), a.round,
+                                               state, agg)
+  agg = jax.tree_util.tree_map(lambda x, w: x + jnp.asarray(a.central_noise, x.dtype) * w,
+                               agg, noise)
+  return agg, state
+
+
+def _server_noise(r: _Round, a: RoundArgs, agg: PyTree, count: jax.Array, state=None):
+  """The server's draws on one point's aggregate: central noise (i.i.d., or correlated
+  across rounds with the carried ``state``), the aggregated upload noise, and the
+  private_median rule's noisy count. Returns ``(aggregate, count, state')``."""
   cfg, key = r.cfg, server_key(a.seed, a.round, a.stream)
-  if cfg.client.noise_placement == "central":
+  if cfg.client.noise_placement == "central" and cfg.correlated is not None:
+    agg, state = _correlated_noise(cfg, a, agg, state)
+  elif cfg.client.noise_placement == "central":
     agg = mechanisms.add_noise(key, agg, a.central_noise, cfg.client.mechanism)
   if cfg.aggregate_upload_noise:
     w = (r.gather(r.data.counts, r.cohort.idx).astype(jnp.float32) * r.cohort.sel_mask
@@ -479,12 +540,13 @@ def _server_noise(r: _Round, a: RoundArgs, agg: PyTree, count: jax.Array):
   if cfg.clip_rule == "private_median":
     count = count + a.count_noise * jax.random.normal(
         jax.random.fold_in(key, COUNT_NOISE_TAG), ())
-  return agg, count
+  return agg, count, state
 
 
-def _finish(r: _Round, p, a, agg, loss, norm, count, on):
+def _finish(r: _Round, p, a, agg, loss, norm, count, on, state=None):
   """One point's server step: the aggregate completed to a model, the server's noise,
-  ``w + server_lr (aggregate - w)``, the metrics; inactive points keep their model."""
+  ``w + server_lr (aggregate - w)``, the metrics; inactive points keep their model
+  (and their correlated noise ``state``). Returns ``((model, state'), metrics)``."""
   if r.cfg.aggregation == "normalized":
     # No client selected (possible under Poisson sampling): keep the global model.
     agg = jax.tree_util.tree_map(lambda x, y: jnp.where(r.total_selected > 0, x, y), agg, p)
@@ -492,7 +554,7 @@ def _finish(r: _Round, p, a, agg, loss, norm, count, on):
     # sum_i p_i w_i + (1 - sum_i p_i) w = w + sum_i p_i (w_i - w): average updates.
     rest = 1.0 - r.total_selected / r.agg_denom
     agg = jax.tree_util.tree_map(lambda x, y: x + rest * y, agg, p)
-  agg, count = _server_noise(r, a, agg, count)
+  agg, count, new_state = _server_noise(r, a, agg, count, state)
   new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
   update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
                   zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(p)))
@@ -500,7 +562,11 @@ def _finish(r: _Round, p, a, agg, loss, norm, count, on):
                          num_selected=jnp.sum(r.cohort.sel_mask),
                          update_norm=jnp.sqrt(update_sq),
                          clip_bound=jnp.asarray(a.clip, jnp.float32), clip_count=count)
-  return jax.tree_util.tree_map(lambda n, o: jnp.where(on, n, o), new, p), metrics
+  def keep(n, o):
+    return jnp.where(on, n, o)
+
+  return (jax.tree_util.tree_map(keep, new, p),
+          jax.tree_util.tree_map(keep, new_state, state)), metrics
 
 
 def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
@@ -517,16 +583,29 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   Reads top to bottom: the context (:func:`_prepare`), the adaptive clip bound
   (:func:`_median_clip`, ``clip_rule='median'``), the clients' weighted sums
   (:func:`_client_sums`), the server step per point (:func:`_finish`).
+
+  A correlated mechanism that carries state takes ``params`` as
+  :class:`CarriedParams` and returns them so; given the bare model instead, its state
+  starts from the initial one (round 0, as the audit runs it) and the bare model is
+  returned.
   """
+  carried = isinstance(params, CarriedParams)
+  state = params.noise if carried else None
+  params = model_params(params)
+  if not carried and carries_state(cfg):
+    s = cfg.correlated
+    state = lanes(lambda p: correlated.get(s.name).init(s, p))(params)
   r = _prepare(model, cfg, params, data, args, lanes)
   if cfg.clip_rule == "median":
     r = _median_clip(r)
   aggregate, train_loss, grad_norm, clip_count = _client_sums(r)
 
-  def finish(p, a, agg, loss, norm, count, on):
-    return _finish(r, p, a, agg, loss, norm, count, on)
+  def finish(p, a, agg, loss, norm, count, on, st):
+    return _finish(r, p, a, agg, loss, norm, count, on, st)
 
-  return lanes(finish)(params, r.args, aggregate, train_loss, grad_norm, clip_count, active)
+  (new, state), metrics = lanes(finish)(params, r.args, aggregate, train_loss, grad_norm,
+                                        clip_count, active, state)
+  return (CarriedParams(new, state) if carried else new), metrics
 
 
 def masked_median(values: jax.Array, mask: jax.Array) -> jax.Array:

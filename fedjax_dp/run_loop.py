@@ -23,7 +23,7 @@ import numpy as np
 from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import cohort as cohort_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, reporting, schema, sharding
+from fedjax_dp import noise_identity, reporting, rounds, schema, sharding
 from fedjax_dp.building import Setup
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
@@ -126,7 +126,9 @@ class RunLoop:
       self.run_dir.write_config(schema.stamped(cfg.to_dict()))
 
   def _restore(self, path) -> None:
-    template = jax.eval_shape(self.setup.model.init, jax.random.PRNGKey(0))
+    round_cfg = self.setup.round_cfg
+    template = jax.eval_shape(lambda k: rounds.carried_params(round_cfg, self.setup.model.init(k)),
+                              jax.random.PRNGKey(0))
     st, params, config = ckpt_lib.load(path, schedule_template=self.state,
                                        acct_template=self.acct, params_template=template)
     diff = ckpt_lib.config_diff(config, self.cfg.to_dict())
@@ -313,6 +315,9 @@ class RunLoop:
     ``metrics.csv``, ``metrics.png`` and ``summary.json`` (last, so a run directory
     with a summary is complete) and returns the result."""
     cfg, privacy, rows = self.cfg, self.privacy, self.rows
+    # The checkpoint keeps a correlated mechanism's noise state (a resume needs it); the
+    # model file and the result hold the model only (the state is the server's secret).
+    carried, params = params, rounds.model_params(params)
     last_eval = next((r for r in reversed(rows) if r["test_loss"] != ""), None)
     summary = dict(
         name=cfg.name, status=self.status, diverged=self.status == "diverged",
@@ -335,7 +340,7 @@ class RunLoop:
     if self.run_dir:
       if self.status != "interrupted" and params is not None:
         if self.checkpoint_every:
-          self.save_checkpoint(params, wall)
+          self.save_checkpoint(carried, wall)
         ckpt_lib.save_model(self.run_dir.path / ckpt_lib.MODEL_FILENAME, params)
       self.run_dir.write_metrics(rows, self.columns)
       # The plot's second title line gives the certified epsilon and the unit of privacy.

@@ -313,3 +313,20 @@ def test_broken_variants_are_caught_by_the_mechanisms_canary(sets, variant, tria
   assert ok.epsilon_lower <= ok.epsilon_certified, ok
   bad = audit(cfg, AuditOptions(trials=trials, variant=variant))
   assert bad.epsilon_lower > bad.epsilon_certified, bad
+
+
+CORRELATED = {**CENTRAL, "server.selection": "round_robin", "server.clients_per_round": 5}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mechanism", ["tree", "bandmf"])
+def test_correlated_mechanisms_are_audited(mechanism):
+  # Round 0 of tree aggregation / BandMF (privacy.mechanism): the certificate after it
+  # is the run's accountant (the matrix sensitivity of round 0's column, s^2 = |M_00|);
+  # a tenth of the noise is caught. Half the trials do not select the target (round
+  # robin, 5 of 10), hence more trials than the central Gaussian's.
+  cfg = small_config(FAST, **{**CORRELATED, "privacy.mechanism": mechanism})
+  ok = audit(cfg, AuditOptions(trials=TRIALS))
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  bad = audit(cfg, AuditOptions(trials=2000, variant="noise_div10"))
+  assert bad.epsilon_lower > bad.epsilon_certified, bad

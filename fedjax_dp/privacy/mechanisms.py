@@ -9,6 +9,10 @@ Where the noise goes (the placement) is decided by the engine:
 ``upload`` -- every selected client noises the model it uploads (Wei UDP, Yuan, Fu);
 ``step`` -- noise on each local step's summed clipped gradient (DP-SGD, A-DPFL);
 ``central`` -- the server noises the aggregate (DP-FedAvg).
+
+``tree`` and ``bandmf`` are noise correlated across rounds (central placement only),
+drawn by the round from :mod:`fedjax_dp.privacy.correlated`; :func:`noise_like` draws
+the independent ones (:data:`ADDITIVE`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp.privacy import correlated
+
 PyTree = Any
-MECHANISMS = ("gaussian", "laplace")
+ADDITIVE = ("gaussian", "laplace")  # i.i.d. per round: noise_like draws them
+CORRELATED = tuple(correlated.CORRELATED)  # correlated across rounds: tree, bandmf
+MECHANISMS = ADDITIVE + CORRELATED
 PLACEMENTS = ("none", "upload", "step", "central")
 
 
@@ -35,8 +43,9 @@ def noise_like(key: jax.Array, tree: PyTree, scale: jax.Array, mechanism: str) -
     scale: scalar std (Gaussian) or ``b`` (Laplace); 0 gives zeros.
     mechanism: ``'gaussian'`` or ``'laplace'``.
   """
-  if mechanism not in MECHANISMS:
-    raise ValueError(f"privacy.mechanism: unknown {mechanism!r}; known: {MECHANISMS}")
+  if mechanism not in ADDITIVE:
+    raise ValueError(f"privacy.mechanism: {mechanism!r} is not drawn i.i.d. per round; "
+                     f"noise_like draws {ADDITIVE}")
   sample = jax.random.normal if mechanism == "gaussian" else jax.random.laplace
   leaves, treedef = jax.tree_util.tree_flatten(tree)
   noise = [sample(jax.random.fold_in(key, i), x.shape, x.dtype) * jnp.asarray(scale, x.dtype)

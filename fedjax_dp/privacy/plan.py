@@ -58,7 +58,7 @@ import numpy as np
 
 from fedjax_dp import selection as selection_lib
 from fedjax_dp.config import ConfigError
-from fedjax_dp.privacy import accounting, calibration, clip_modes, formulas, mechanisms
+from fedjax_dp.privacy import accounting, calibration, clip_modes, correlated, formulas, mechanisms
 from fedjax_dp.privacy.clip_modes import param_l2, per_example_l2, step_grad_l2, update_l2
 
 
@@ -79,6 +79,27 @@ class AccountantState(NamedTuple):
   inv_var_sum: np.ndarray
   rounds: int
   pure_eps: np.ndarray
+
+
+class CorrelatedAccountantState(NamedTuple):
+  """:class:`AccountantState` of a correlated mechanism (``privacy.mechanism`` tree or
+  bandmf), plus what its single Gaussian release needs (:meth:`PrivacyPlan.accountant_step`).
+
+  Attributes:
+    rdp, inv_var_sum, rounds, pure_eps: as :class:`AccountantState`; ``rdp`` holds the
+      RDP of ONE Gaussian of multiplier ``sigma / s_i`` (its curve is linear in
+      ``s_i^2``, so the rounds' increments add up to it exactly).
+    sens_sq: ``[U]`` ``s_i^2``, each client's matrix sensitivity so far
+      (:func:`fedjax_dp.privacy.correlated.pattern_sensitivity_sq` of its pattern).
+    history: ``[U, T]`` bool, the rounds each client took part in.
+  """
+
+  rdp: accounting.RdpState
+  inv_var_sum: np.ndarray
+  rounds: int
+  pure_eps: np.ndarray
+  sens_sq: np.ndarray
+  history: np.ndarray
 
 
 class Formula(NamedTuple):
@@ -265,6 +286,8 @@ class _PlanEvents:
     round is then one Gaussian of multiplier ``(z^-2 + z_val^-2)^(-1/2)``
     (:func:`validation_sensitivity` proves why)."""
     z = np.asarray(z, np.float64)
+    if self.correlated is not None:  # the whole run: one Gaussian (horizon_event)
+      return self.horizon_event(z, self.rounds)
     if self.poisson_steps:
       return self.poisson_step_event(z, participated)
     if self.placement == "step":
@@ -344,7 +367,12 @@ class _PlanEvents:
   def horizon_event(self, z: np.ndarray, rounds: int) -> accounting.Event:
     """The event of a constant schedule of ``rounds`` rounds at multiplier ``z``, for
     the client charged most: a deterministic rule charges the most turns one client
-    can take (:attr:`SelectionRule.max_participations`)."""
+    can take (:attr:`SelectionRule.max_participations`). A correlated mechanism is one
+    Gaussian over the run for the client with the largest matrix sensitivity
+    (:meth:`correlated_event`)."""
+    if self.correlated is not None:
+      return self.correlated_event(np.asarray(z, np.float64)
+                                   / np.sqrt(np.max(self.correlated_sens_sq(rounds))))
     rule = self.rule
     count = rounds
     if rule.deterministic:
@@ -355,14 +383,40 @@ class _PlanEvents:
     return self.event(z).replace(count=count)
 
 
+  def correlated_event(self, z: np.ndarray) -> accounting.Event:
+    """A correlated mechanism's release as ONE Gaussian of multipliers ``z = sigma / s``
+    (no sampling; the run's relation; the client is the unit: central placement).
+
+    The release ``C G + sigma Delta Z`` moves by at most ``s Delta`` in Frobenius norm
+    between neighbours (:mod:`fedjax_dp.privacy.correlated.base`), so it is the Gaussian
+    mechanism with multiplier ``sigma / s``, released once (Choquette-Choo et al. 2023,
+    Sec. 2; Denisov et al. 2022, Thm. 2.1 for adaptive rows)."""
+    return accounting.Event(mechanism="gaussian", noise_multiplier=z, sampling="full",
+                            relation=self.adjacency, level="client")
+
+  def correlated_sens_sq(self, rounds: int | None = None) -> np.ndarray:
+    """``[U]`` each client's ``s_i^2`` over the first ``rounds`` rounds of its realised
+    participation (:attr:`patterns`; the Gram matrix of the whole horizon, an upper
+    bound for a prefix since the rows of later rounds only add)."""
+    r = self.rounds if rounds is None else min(int(rounds), self.rounds)
+    cache = self.__dict__.setdefault("_correlated_sens_sq", {})  # calibration asks often
+    if r not in cache:
+      g = correlated.gram(self.correlated)[:r, :r]
+      cache[r] = correlated.pattern_sensitivity_sq(g, self.patterns[:, :r])
+      cache[r].setflags(write=False)
+    return cache[r]
+
 
 class _PlanAccountant:
   """The host-side accountant of a :class:`PrivacyPlan`: composes each round's event
   and reports certified and claimed epsilons; reads the plan's fields."""
 
   def accountant_init(self) -> AccountantState:
-    return AccountantState(accounting.rdp_init((self.num_clients,)),
-                           np.zeros(self.num_clients), 0, np.zeros(self.num_clients))
+    u = self.num_clients
+    if self.correlated is not None:
+      return CorrelatedAccountantState(accounting.rdp_init((u,)), np.zeros(u), 0, np.zeros(u),
+                                       np.zeros(u), np.zeros((u, self.rounds), bool))
+    return AccountantState(accounting.rdp_init((u,)), np.zeros(u), 0, np.zeros(u))
 
   @property
   def pure_composition(self) -> bool:
@@ -398,6 +452,8 @@ class _PlanAccountant:
     ``inf``, or a schedule's zero noise) is charged an infinite epsilon: nothing
     hides its data.
     """
+    if self.correlated is not None and self.placement != "none":
+      return self._correlated_step(state, noise, central_noise, selected)
     part = self.participation(selected)
     z = self.multipliers(noise, central_noise)
     if self.placement == "none":
@@ -420,6 +476,38 @@ class _PlanAccountant:
     with np.errstate(divide="ignore"):
       inv = np.where(np.isinf(z), np.inf, 1.0 / np.square(z))
     return AccountantState(rdp, state.inv_var_sum + inv, state.rounds + 1, pure)
+
+  def _correlated_step(self, state: CorrelatedAccountantState, noise: np.ndarray,
+                       central_noise: float, selected) -> CorrelatedAccountantState:
+    """Round t of a correlated mechanism: client i's ``s_i^2`` grows by
+    ``|M_tt| + 2 sum_{a < t in pi_i} |M_at|`` (``M = C^T C``,
+    :func:`fedjax_dp.privacy.correlated.prefix_increments`) when it takes part, and the
+    RDP grows by that of a Gaussian with ``z_t^-2 = increment / sigma^2``: the RDP of a
+    Gaussian is ``alpha / (2 z^2)``, linear in ``z^-2``, so after any number of rounds
+    the state is exactly the RDP of ONE Gaussian of multiplier ``sigma / s_i``
+    (:meth:`correlated_event`). The noise multiplier sigma must be the same every round
+    (``_check_correlated`` allows the constant schedule only)."""
+    t = state.rounds
+    if t >= self.rounds:
+      raise ValueError(f"privacy.mechanism={self.mechanism!r}: the strategy is built for "
+                       f"rounds={self.rounds}; round {t} is past it")
+    part = self.participation(selected)
+    history = state.history.copy()
+    history[:, t] = part
+    inc = correlated.prefix_increments(correlated.gram(self.correlated), history, t)
+    z = self.multipliers(noise, central_noise)
+    exposed = np.isinf(z) & part
+    with np.errstate(divide="ignore", invalid="ignore"):
+      z_round = np.where((inc > 0) & np.isfinite(z), z / np.sqrt(inc), np.inf)
+      inv = np.where(np.isfinite(z), inc / np.square(z), np.where(part, np.inf, 0.0))
+    rdp = state.rdp
+    if not np.all(np.isinf(z_round)):
+      rdp = accounting.rdp_compose(rdp, self.correlated_event(z_round))
+    if np.any(exposed):
+      rdp = rdp._replace(rdp=np.where(exposed[:, None], np.inf, rdp.rdp))
+    return CorrelatedAccountantState(rdp, state.inv_var_sum + inv, t + 1,
+                                     np.where(exposed, np.inf, state.pure_eps),
+                                     state.sens_sq + inc, history)
 
   @property
   def uncertifiable(self) -> bool:
@@ -513,6 +601,10 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
     adjacency: the run's neighbour relation, decided once by :func:`run_adjacency`
       and used by every event it composes (``'replace_one'``, or ``'add_remove'``
       for Poisson minibatches under a selection rule that allows it).
+    correlated: ``privacy.mechanism`` tree or bandmf: the strategy ``C`` of the matrix
+      mechanism (:mod:`fedjax_dp.privacy.correlated`); None for i.i.d. noise.
+    patterns: ``[U, T]`` bool, each client's realised participation (correlated only;
+      the accepted rules are deterministic functions of the seed, drawn without data).
   """
 
   mechanism: str
@@ -536,6 +628,8 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
   validation: str = "server"
   val_noise_multiplier: float = 1.0
   adjacency: str = "replace_one"
+  correlated: correlated.Strategy | None = None
+  patterns: np.ndarray | None = None
 
   @property
   def target_epsilon(self) -> float:
@@ -613,7 +707,18 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
         "validation": self.validation,
         "val_noise_multiplier": self.val_noise_multiplier if self.validation == "clients"
         else None,
-        "accounting": accounting_info}
+        "accounting": accounting_info,
+        **({"correlated": self.describe_correlated()} if self.correlated is not None else {})}
+
+  def describe_correlated(self) -> dict[str, Any]:
+    """The strategy of a correlated mechanism and each client's matrix sensitivity over
+    the run (``s_i``: the release is one Gaussian of multiplier ``sigma / s_i``)."""
+    s, sens = self.correlated, np.sqrt(self.correlated_sens_sq())
+    return {"strategy": s.name, "rounds": s.rounds, "bands": len(s.coefs) or None,
+            "coefs": list(s.coefs) or None, "tree_restart": s.restart or None,
+            "matrix_sensitivity_max": float(np.max(sens)),
+            "matrix_sensitivity_min": float(np.min(sens)),
+            "amplification": "none: the realised (public) participation of each client"}
 
 
 POISSON_ASSUMPTION = {
@@ -774,9 +879,10 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   if minibatch == "poisson":
     _check_poisson(cfg)
     batch_q = np.minimum(1.0, float(cfg.client.batch_size) / np.maximum(counts, 1.0))
+  strategy = correlated_strategy(cfg)
   sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
       clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
-      mechanism=cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
+      mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
       cfg=cfg))
   _check_laplace(cfg, mode, eps)
   claimed_sens = _claimed_sensitivity(cfg, counts, lrs)
@@ -790,9 +896,100 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       claimed_sensitivity=claimed_sens, level=mode.level(placement),
       minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule,
       validation=validation_mode(cfg), val_noise_multiplier=float(
-          cfg.schedule.get("val_noise_multiplier", 1.0)), adjacency=run_adjacency(cfg))
+          cfg.schedule.get("val_noise_multiplier", 1.0)), adjacency=run_adjacency(cfg),
+      correlated=strategy, patterns=None if strategy is None else _patterns(cfg, u))
   check_validation(cfg, plan)
   return plan
+
+
+# The selection rules a correlated mechanism is accounted for: their participation is
+# a deterministic function of (seed, t), drawn without reading data, so each client's
+# pattern is public. Random rules would need amplification by sampling for a matrix
+# mechanism (Choquette-Choo et al. 2023, Sec. 4: b-min-sep Poisson / balls-in-bins),
+# which is not implemented here: refused, never certified by a heuristic.
+CORRELATED_SELECTIONS = ("round_robin", "all")
+CORRELATED_FORMULAS = ("calibrated", "noise_multiplier")
+# The host builds the T x T Gram matrix of the strategy for the accountant.
+CORRELATED_MAX_ROUNDS = 4096
+
+
+def _pass_length(cfg) -> int:
+  """Rounds between a client's turns by design: round robin's pass ``ceil(U / K)``,
+  else 1 (every client every round)."""
+  if cfg.server.selection != "round_robin":
+    return 1
+  return selection_lib.rounds_per_pass(int(cfg.data.num_clients),
+                                       int(cfg.server.clients_per_round))
+
+
+def correlated_strategy(cfg) -> correlated.Strategy | None:
+  """The strategy ``C`` of a correlated ``privacy.mechanism`` (None otherwise), after
+  :func:`check_correlated`: BandMF with ``privacy.bands`` bands (0: the round-robin
+  pass length, so that a client's turns are about b apart, Choquette-Choo et al. 2023
+  Thm. 2), the tree restarted every ``privacy.tree_restart`` rounds (0: every pass,
+  Kairouz et al. 2021's restart per epoch; one tree when every client takes part
+  every round), optimised for ``rounds``."""
+  mech = cfg.privacy.mechanism
+  if mech not in correlated.CORRELATED:
+    return None
+  check_correlated(cfg)
+  rounds = int(cfg.rounds)
+  per_pass = _pass_length(cfg)
+  bands = int(cfg.privacy.get("bands", 0)) or per_pass
+  restart = int(cfg.privacy.get("tree_restart", 0)) or (per_pass if per_pass > 1 else rounds)
+  return correlated.get(mech).strategy(rounds, min(bands, rounds), min(restart, rounds))
+
+
+def _patterns(cfg, u: int) -> np.ndarray:
+  """``[U, T]`` who takes part in each round, from the rule's own sampler."""
+  rule = selection_lib.get_rule(cfg.server.selection)
+  k, q, seed = int(cfg.server.clients_per_round), float(cfg.server.q), int(cfg.seed)
+  return correlated.realised_patterns(lambda t: rule.sample(u, k, q, seed, t), u,
+                                      int(cfg.rounds))
+
+
+def check_correlated(cfg) -> None:
+  """Refuses a correlated mechanism (tree, bandmf) outside what its accounting covers.
+
+  The matrix mechanism's guarantee (:mod:`fedjax_dp.privacy.correlated.base`) needs
+  the noise of the server's aggregate of clipped updates (``privacy.placement=
+  'central'``, a fixed clip), one noise multiplier for the whole run (the constant
+  schedule; a formula that sizes it by our accountant or a multiplier), a public
+  participation pattern (:data:`CORRELATED_SELECTIONS`), and a horizon the host can
+  hold the Gram matrix of.
+
+  Raises:
+    ConfigError: naming the fields.
+  """
+  mech = cfg.privacy.mechanism
+  if mech not in correlated.CORRELATED:
+    return
+  placement = cfg.privacy.placement
+  if placement not in ("central", "none"):
+    raise ConfigError(f"privacy.mechanism={mech!r} is noise correlated across rounds on the "
+                      "server's aggregate: it needs privacy.placement='central' (or 'none'), "
+                      f"got {placement!r}")
+  if cfg.server.selection not in CORRELATED_SELECTIONS:
+    raise ConfigError(
+        f"privacy.mechanism={mech!r} with server.selection={cfg.server.selection!r}: a "
+        "random selection would be charged through amplification by sampling for the "
+        "matrix mechanism (Choquette-Choo et al. 2023, Sec. 4), which is not implemented; "
+        f"use server.selection in {CORRELATED_SELECTIONS} (participation known in advance) "
+        "or privacy.mechanism='gaussian' for amplified DP-FedAvg")
+  if cfg.schedule.name != "constant":
+    raise ConfigError(f"privacy.mechanism={mech!r} adds one noise multiplier to the whole "
+                      f"run: schedule.name must be 'constant', got {cfg.schedule.name!r}")
+  if cfg.privacy.formula not in CORRELATED_FORMULAS:
+    raise ConfigError(f"privacy.mechanism={mech!r} with privacy.formula="
+                      f"{cfg.privacy.formula!r}: that formula is written for i.i.d. noise; "
+                      f"use one of {CORRELATED_FORMULAS}")
+  if cfg.server.get("clip_rule", "fixed") != "fixed":
+    raise ConfigError(f"privacy.mechanism={mech!r} needs server.clip_rule='fixed' (one "
+                      f"sensitivity for every round), got {cfg.server.clip_rule!r}")
+  if not 1 <= int(cfg.rounds) <= CORRELATED_MAX_ROUNDS:
+    raise ConfigError(f"privacy.mechanism={mech!r}: rounds must be in [1, "
+                      f"{CORRELATED_MAX_ROUNDS}] (the host holds the T x T Gram matrix of "
+                      f"the strategy), got {cfg.rounds}")
 
 
 VALIDATIONS = ("server", "clients")
