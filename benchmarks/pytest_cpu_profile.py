@@ -6,6 +6,7 @@ kernels, CLI runs) do not depend on the load. Usage, from the repository root:
 
   PYTHONPATH=$PWD:$PWD/benchmarks CPU_PROFILE=/tmp/profile.json \
       python -m pytest -q -p no:cacheprovider -p pytest_cpu_profile
+  (under ``-n N`` each worker writes ``/tmp/profile.json.gwK``; main() merges them)
   python benchmarks/pytest_cpu_profile.py /tmp/profile.json   # the 30 costliest tests
 
 The JSON maps each test id to ``{"cpu", "wall", "compiles", "compile_s"}``;
@@ -13,6 +14,7 @@ The JSON maps each test id to ``{"cpu", "wall", "compiles", "compile_s"}``;
 """
 
 import collections
+import glob
 import json
 import os
 import resource
@@ -69,13 +71,35 @@ def pytest_sessionfinish(session):
   del session
   _stats["<total>"].update(cpu=_cpu_seconds() - _start["cpu"],
                            wall=time.perf_counter() - _start["wall"])
-  with open(os.environ.get("CPU_PROFILE", "cpu_profile.json"), "w") as f:
+  path = os.environ.get("CPU_PROFILE", "cpu_profile.json")
+  # Under pytest-xdist every worker runs this plugin: each writes its own file
+  # (``<path>.gw0``, ...), and main() merges them.
+  worker = os.environ.get("PYTEST_XDIST_WORKER")
+  with open(f"{path}.{worker}" if worker else path, "w") as f:
     json.dump(_stats, f, indent=1)
 
 
+def _load(path: str) -> dict:
+  """The profile at ``path``, or the merge of its xdist workers' files."""
+  parts = sorted(glob.glob(f"{glob.escape(path)}.gw*"))
+  if not parts:
+    with open(path) as f:
+      return json.load(f)
+  stats = {}
+  for part in parts:
+    with open(part) as f:
+      for name, v in json.load(f).items():
+        if name.startswith("<"):
+          # Collection and the session run once per worker: their CPU adds up, the
+          # session's wall is the slowest worker's.
+          old = stats.get(name, {"cpu": 0.0, "wall": 0.0, "compiles": 0, "compile_s": 0.0})
+          v = dict(v, cpu=old["cpu"] + v["cpu"], wall=max(old["wall"], v["wall"]))
+        stats[name] = v
+  return stats
+
+
 def main(path: str, top: int = 30) -> None:
-  with open(path) as f:
-    stats = json.load(f)
+  stats = _load(path)
   tests = {k: v for k, v in stats.items() if not k.startswith("<")}
   print(f"{len(tests)} tests: {sum(v['cpu'] for v in tests.values()):.1f} CPU s, "
         f"{sum(v['compiles'] for v in tests.values())} compilations; session "
