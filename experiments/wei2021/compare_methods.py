@@ -119,7 +119,24 @@ def main(argv=None):
 
   pd.set_option("display.width", 200)
   print(table.to_string())
-  common.save_meta(f"compare_{tag}", start, points=int(df["point"].nunique()))
+  # A run below the full design (3 seeds, every epsilon, method and T of the grid)
+  # says so in its meta.json, so that a table built from it cannot pass for the full one.
+  reduced = []
+  if args.seeds < 3:
+    reduced.append(f"{args.seeds} seed(s) instead of 3")
+  if sorted(eps) != sorted(common.EPSILONS):
+    reduced.append(f"epsilons {args.epsilons} instead of "
+                   f"{','.join(f'{e:g}' for e in common.EPSILONS)}")
+  if tuple(sorted(cfg.schedule.t_grid)) != tuple(common.T_GRID):
+    reduced.append(f"optimal-UDP T grid {args.t_grid} instead of "
+                   f"{','.join(map(str, common.T_GRID))}")
+  if sorted(methods) != sorted(common.METHODS):
+    reduced.append(f"methods {args.methods} instead of {','.join(common.METHODS)}")
+  common.save_meta(f"compare_{tag}", start, points=int(df["point"].nunique()),
+                   setting=dict(samples_per_client=cfg.data.samples_per_client,
+                                clients_per_round=cfg.server.clients_per_round,
+                                lr=cfg.client.lr, clip=cfg.client.clip, rounds=args.rounds),
+                   reduced=reduced or None)
 
 
 if __name__ == "__main__":
