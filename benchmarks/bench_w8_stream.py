@@ -130,7 +130,7 @@ def _stream_rounds(fed, u, k, round_fn, params, ts, times=None, live=None):
 def run_mode(mode: str, path: str, k: int, rounds_: int, resident_clients: int) -> dict:
   """One process's measurement (``streamed`` or ``resident``), as a JSON-able dict."""
   fed = streaming.open_federation(path)
-  model, round_fn, params0 = _setup(k)
+  _, round_fn, params0 = _setup(k)
   ts = list(range(rounds_ + 2))
   times, live = [], []
   out = {}

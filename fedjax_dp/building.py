@@ -22,8 +22,7 @@ from fedjax_dp import cohort as cohort_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import memory, rounds
 from fedjax_dp import selection as selection_lib
-from fedjax_dp.data import build_federated_data, load_dataset, partition
-from fedjax_dp.data import streaming
+from fedjax_dp.data import build_federated_data, load_dataset, partition, streaming
 from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _helpers import small_config, toy_federated
+
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, groups, sweep
 from fedjax_dp.data import streaming
@@ -130,7 +130,7 @@ def test_a_cohort_read_again_next_round_stays_on_the_device():
   try:
     for _ in range(3):  # server.selection='all': the same cohort every round
       stream.begin_round()
-      first, _ = stream.take([(0, ids)])
+      _ = stream.take([(0, ids)])
       stream.prefetch([(0, ids)])
     assert stream.misses == 1 and stream.hits == 0
     stream.begin_round()

@@ -313,7 +313,7 @@ class CohortStream:
       self.hits += 1
       try:
         out = fut.result()
-      except Exception as e:  # noqa: BLE001 -- re-raised with the cohort named
+      except Exception as e:
         ids = np.frombuffer(key[1], np.int32)
         raise PrefetchError(f"prefetching the cohort of dataset {key[0]} (clients "
                             f"{ids[:4].tolist()}{'...' if ids.size > 4 else ''}) failed: "
