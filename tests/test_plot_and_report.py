@@ -11,7 +11,8 @@ from _helpers import QUICKSTART, ROOT
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_datasets_papers import write_loans
 
-from fedjax_dp import catalog, cli, client, plotting, reporting, selection
+from fedjax_dp import catalog, cli, client, plotting, selection
+from fedjax_dp.privacy import reporting
 from fedjax_dp.privacy import plan
 
 FU_LR = ROOT / "experiments" / "configs" / "fu_lr_laplace.py"
