@@ -47,7 +47,7 @@ import numpy as np
 from common import RESULTS, ROOT, machine, peak_rss_mb
 
 from fedjax_dp import client as client_lib
-from fedjax_dp import cohort, program, rounds
+from fedjax_dp import program, rounds, selection
 from fedjax_dp.data import streaming
 from fedjax_dp.models import get_model
 
@@ -89,7 +89,7 @@ def _setup(k: int):
 
 def _args(u: int, k: int, t: int, rows: bool) -> rounds.RoundArgs:
   """Round t's inputs, stacked ``[1, 1, ...]`` (one cohort, one point)."""
-  idx, sel = cohort.select_clients("uniform", u, k, 0.0, 0, t)
+  idx, sel = selection.select_clients("uniform", u, k, 0.0, 0, t)
   a = rounds.RoundArgs(
       idx=idx, sel_mask=sel, lr=np.full((1,), 0.1, np.float32), clip=np.float32(1.0),
       noise=np.zeros(k, np.float32), central_noise=np.float32(0.01),
@@ -116,7 +116,7 @@ def _stream_rounds(fed, u, k, round_fn, params, ts, times=None, live=None):
       data, _ = stream.take([(0, a.idx[0, 0])])
       params, m = round_fn(params, data, a, active)
       if j + 1 < len(ts):
-        stream.prefetch([(0, cohort.select_clients("uniform", u, k, 0.0, 0, ts[j + 1])[0])])
+        stream.prefetch([(0, selection.select_clients("uniform", u, k, 0.0, 0, ts[j + 1])[0])])
       jax.block_until_ready(m)
       if times is not None:
         times.append(time.perf_counter() - start)

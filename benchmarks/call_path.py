@@ -41,20 +41,20 @@ from pathlib import Path
 FLOORS = (
     ("cli", ("fedjax_dp.cli", "fedjax_dp.account_cli")),
     ("experiments", ("fedjax_dp.experiment", "fedjax_dp.sweep", "fedjax_dp.optimal_t",
-                     "fedjax_dp.papers", "fedjax_dp.audit", "fedjax_dp.attacks")),
-    ("host loop", ("fedjax_dp.building", "fedjax_dp.run_loop", "fedjax_dp.groups",
-                   "fedjax_dp.interrupt", "fedjax_dp.cohort")),
+                     "fedjax_dp.papers", "fedjax_dp.audit", "fedjax_dp.attacks",
+                     "fedjax_dp.reproduction", "fedjax_dp.calibration_sweep",
+                     "fedjax_dp.catalog")),
+    ("host loop", ("fedjax_dp.building", "fedjax_dp.run_loop", "fedjax_dp.groups")),
+    ("config", ("fedjax_dp.config", "fedjax_dp.configs", "fedjax_dp.schema",
+                "fedjax_dp.noise_identity", "fedjax_dp.checkpoint")),
     ("round", ("fedjax_dp.engine", "fedjax_dp.program", "fedjax_dp.rounds",
                "fedjax_dp.evaluation", "fedjax_dp.memory", "fedjax_dp.keys")),
     ("client", ("fedjax_dp.client", "fedjax_dp.one_step")),
     ("privacy", ("fedjax_dp.privacy", "fedjax_dp.schedules", "fedjax_dp.selection",
                  "fedjax_dp.theory")),
     ("models and data", ("fedjax_dp.models", "fedjax_dp.data")),
-    ("utils", ("fedjax_dp.config", "fedjax_dp.configs", "fedjax_dp.results",
-               "fedjax_dp.checkpoint", "fedjax_dp.outputs", "fedjax_dp.sharding",
-               "fedjax_dp.noise_identity", "fedjax_dp.reporting", "fedjax_dp.errors",
-               "fedjax_dp.schema",
-               "fedjax_dp.catalog", "fedjax_dp.plotting", "fedjax_dp.reproduction")),
+    ("utils", ("fedjax_dp.results", "fedjax_dp.outputs", "fedjax_dp.sharding",
+               "fedjax_dp.errors", "fedjax_dp.plotting")),
 )
 
 

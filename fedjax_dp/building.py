@@ -18,13 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import client as client_lib
-from fedjax_dp import cohort as cohort_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import memory, rounds
 from fedjax_dp import selection as selection_lib
-from fedjax_dp.data import build_federated_data, load_dataset, partition, streaming
+from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.federated import pack_federated_data
-from fedjax_dp.data.partition import adpfl_skews
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy.plan import (
   PrivacyPlan,
@@ -51,51 +49,6 @@ class Setup:
   k_slots: int
   selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
   data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
-
-
-def _skews(cfg):
-  """``data.s`` for label_skew: one value, or one per client (``data.skews`` or a scheme)."""
-  d = cfg.data
-  scheme = d.get("skew_scheme", "constant")
-  if scheme != "constant":
-    return adpfl_skews(d.num_clients, cfg.seed, evenly_spaced=scheme == "adpfl_even")
-  skews = tuple(d.get("skews", ()))
-  if skews and len(skews) != d.num_clients:
-    raise config_lib.ConfigError(f"data.skews holds {len(skews)} values, but "
-                                 f"data.num_clients is {d.num_clients}")
-  return np.asarray(skews, np.float64) if skews else d.skew
-
-
-def partition_clients(cfg, labels, groups=None):
-  """The config's partition of the training ``labels`` into clients (index arrays)."""
-  d = cfg.data
-  kwargs: dict[str, Any] = {}
-  if d.partition == "iid":
-    kwargs = {"samples_per_client": d.samples_per_client}
-  elif d.partition == "k_classes":
-    kwargs = {"k": d.classes_per_client, "samples_per_client": d.samples_per_client}
-  elif d.partition == "dirichlet":
-    kwargs = {"alpha": d.alpha, "samples_per_client": d.samples_per_client or None}
-  elif d.partition == "unbalanced":
-    sizes = list(d.group_sizes)
-    if d.num_clients % len(sizes):
-      raise config_lib.ConfigError(
-          f"data.num_clients ({d.num_clients}) must be a multiple of the number of "
-          f"data.group_sizes ({len(sizes)})")
-    per = d.num_clients // len(sizes)
-    return partition(labels, "unbalanced", d.num_clients, cfg.seed,
-                     sizes=[s for s in sizes for _ in range(per)])
-  elif d.partition == "label_skew":
-    kwargs = {"s": _skews(cfg), "samples_per_client": d.samples_per_client,
-              "remainder": d.get("skew_remainder", "others")}
-  elif d.partition == "sorted":
-    kwargs = {"samples_per_client": d.samples_per_client}
-  elif d.partition == "writer_like":
-    kwargs = {"samples_per_client": d.samples_per_client, "size_sigma": d.size_sigma,
-              "classes_per_client": d.classes_per_client, "dominance": d.dominance}
-  elif d.partition == "natural":
-    kwargs = {"groups": groups}
-  return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)
 
 
 def data_key(cfg) -> str:
@@ -139,18 +92,22 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
 
 
 def _build(cfg, cache: dict | None) -> Setup:
+  """Builds top-down: this module's own checks and keys, the static round (client,
+  round), the data (dataset, partition, device copy, test set) and the model, the
+  cohort slots and the privacy plan (selection, privacy), then the chunk size
+  (memory), each lower module entered once."""
   if cfg.server.selection not in selection_lib.RULES:
     raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
                                  f"known: {tuple(selection_lib.RULES)}")
+  chunk = int(cfg.server.client_chunk)
+  if chunk < CLIENT_CHUNK_AUTO:
+    raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
+                                 f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   cache = {} if cache is None else cache
-  ds = load_dataset(cfg.data.name, cfg.data.dir)
-  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
-  if model.is_regression != ds.is_regression:
-    kinds = ("a classifier", "a regressor")
-    raise config_lib.ConfigError(
-        f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
-        f"{cfg.data.name!r} has {'float regression targets' if ds.is_regression else 'labels'}")
   key = data_key(cfg)
+  round_cfg = round_config(cfg)
+  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  regression = ds.is_regression
   if ("clients", key) not in cache:
     clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
     # data.placement='host': the packed arrays stay in host memory; groups.run_group
@@ -169,23 +126,20 @@ def _build(cfg, cache: dict | None) -> Setup:
       x_t, y_t = x_t[keep], y_t[keep]
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
   x_test, y_test = cache["test", test_key]
+  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  num_params = model.num_params()
+  if model.is_regression != regression:
+    kinds = ("a classifier", "a regressor")
+    raise config_lib.ConfigError(
+        f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
+        f"{cfg.data.name!r} has {'float regression targets' if regression else 'labels'}")
   u = len(clients)
-  k_slots = cohort_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
-                               cfg.server.q)
-  round_cfg = round_config(cfg)
-  chunk = int(cfg.server.client_chunk)
-  if chunk < CLIENT_CHUNK_AUTO:
-    raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
-                                 f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
-  counts = np.asarray([len(c) for c in clients])
   n_eps = len(cfg.privacy.client_epsilons)
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
     raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
                                  f"partition has {u} clients (give one per client)")
-  privacy = make_privacy_plan(cfg, counts, num_params=model.num_params())
-  if privacy.validation == "clients" and model.is_regression:
-    raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
-                                 "regressor does not have; use schedule.validation='server'")
+  k_slots = selection_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
+                                      cfg.server.q)
   weights = None
   rule = selection_lib.get_rule(cfg.server.selection)
   if rule.weights is not None:  # side information of the rule, from the partition (once)
@@ -193,6 +147,10 @@ def _build(cfg, cache: dict | None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
+  privacy = make_privacy_plan(cfg, np.asarray(list(map(len, clients))), num_params=num_params)
+  if privacy.validation == "clients" and model.is_regression:
+    raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
+                                 "regressor does not have; use schedule.validation='server'")
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)

@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from flax import serialization
 
-from fedjax_dp import outputs, results, schema
+from fedjax_dp import outputs, results, schema, sharding
 from fedjax_dp.config import ConfigError, UserError
 
 FILENAME = "checkpoint.msgpack"
@@ -206,7 +206,8 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
   A new or empty directory, or one whose run wrote nothing but ``config.json`` (it
   failed before its first round), is free; one with the same config (up to
   :data:`NON_RESULT_FIELDS`) is resumed. With ``overwrite``, the files the project
-  wrote there are removed first (only those: anything else is refused, named).
+  wrote there are removed first (only those: anything else is refused, named). In a
+  multi-host job only the primary process claims; the others return at once.
 
   Raises:
     config.ConfigError: ``path`` holds a run of another config; the message names
@@ -214,6 +215,9 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
     outputs.OutputError: ``path`` is not a run directory of the project's, or cannot
       be written.
   """
+  if not sharding.is_primary():
+    return
+
   def same_config(path: Path) -> None:
     found = path / "config.json"
     if not found.exists() or not any((path / name).exists() for name in outputs.RUN_FILES

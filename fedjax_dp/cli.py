@@ -25,16 +25,16 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
-  from fedjax_dp import outputs
-
-  outputs.check_dir(args.out)  # before the engine is even imported
   from fedjax_dp import config as config_lib
-  from fedjax_dp import experiment
+  from fedjax_dp import outputs
 
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   config_lib.validate(cfg)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
+  outputs.check_dir(args.out)  # before the engine is even imported
+  from fedjax_dp import experiment
+
   result = experiment.run(cfg, args.out, overwrite=args.overwrite)
   s = result.summary
   acc = s["final_test_accuracy"]

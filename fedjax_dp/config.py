@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 import ml_collections
 from ml_collections import config_dict
 
-from fedjax_dp import configs
 from fedjax_dp.errors import ConfigError, UserError
 
 ConfigDict = ml_collections.ConfigDict
@@ -51,146 +50,13 @@ def base_config() -> ConfigDict:
   c.rounds = 100                 # T: planned communication rounds
   c.name = "run"
 
-  c.data = ConfigDict()
-  c.data.name = "digits"         # digits | mnist | fashion_mnist | cifar10 | mnist_binary_0v1 ...
-  c.data.dir = config_dict.placeholder(str)   # local dir with the standard files
-  # iid | k_classes | dirichlet | unbalanced | label_skew | writer_like | sorted | natural
-  c.data.partition = "iid"
-  c.data.num_clients = 10        # U
-  c.data.samples_per_client = 100
-  c.data.classes_per_client = 4  # k_classes
-  c.data.alpha = 0.5             # dirichlet
-  c.data.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
-  c.data.skew = 0.8              # label_skew: fraction s from the dominant label
-  c.data.skews = ()              # label_skew: one s per client (overrides skew)
-  # label_skew: constant (skew / skews) | adpfl_uniform (s_i iid from {0, .1, .., 1},
-  # A-DPFL spec 5.2) | adpfl_even (those levels spread evenly over the clients)
-  c.data.skew_scheme = "constant"
-  c.data.skew_remainder = "others"  # label_skew: rest from other labels | all (spec 5.2)
-  c.data.size_sigma = 0.6        # writer_like: log-normal spread of the client sizes
-  c.data.dominance = 0.8         # writer_like: share from classes_per_client classes
-  # Evaluate on a fixed random subset of this many test examples (0 = all): for CNN
-  # sweeps on a CPU, where scoring all 10,000 MNIST test images dominates a round.
-  c.data.test_samples = 0
-  # Where the federation's client data live: device (all of it on the device, gathered
-  # there each round) | host (host memory; each round's cohort is moved to the device,
-  # the next round's prefetched; same results, device memory bounded by the cohort).
-  c.data.placement = "device"
-
+  c.data = _data_fields()
   c.model = ConfigDict()
   c.model.name = "mlp_784_256_10"
-
-  c.client = ConfigDict()
-  c.client.local_steps = 1       # E
-  c.client.batch_size = 0        # 0 = full batch; B (expected B for minibatch=poisson)
-  # shuffle: B examples without replacement per step | poisson: each example joins each
-  # step's batch with q_i = B / |D_i| (DP-SGD's sampling; exact subsampled-Gaussian
-  # accounting at example level, add/remove; needs privacy.placement=step with
-  # per_example_l2 clipping and the Gaussian mechanism). client.local_steps counts
-  # the steps: one local epoch is round(|D_i| / B) of them.
-  c.client.minibatch = "shuffle"
-  c.client.lr = 0.1              # eta
-  c.client.lr_decay = 1.0        # local schedule: lr * lr_decay**s at local step s
-  c.client.clip_mode = "per_example_l2"
-  c.client.clip = 1.0            # C
-  c.client.l2_reg = 0.0
-  c.client.chunk_size = 64
-
-  c.server = ConfigDict()
-  # uniform (K of U) | poisson | round_robin | all | wasserstein_topk (A-DPFL: the K
-  # clients closest to the global label distribution) | wasserstein_sample (K with
-  # probability p_i); the A-DPFL rules assume public label histograms (selection.py)
-  c.server.selection = "uniform"
-  c.server.wasserstein_metric = "zero_one"  # A-DPFL ground metric on labels: zero_one | ordinal
-  c.server.clients_per_round = 10  # K
-  c.server.q = 0.0                 # Poisson rate (selection=poisson)
-  # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
-  # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
-  c.server.aggregation = "normalized"
-  c.server.lr = 1.0
-  # The server's clip bound S on update_l2 updates (privacy.placement=central):
-  # fixed (S = client.clip) | median (Geyer et al. 2017 CL-FL as printed: S = median of
-  # the cohort's update norms; data dependent, so certified epsilon = inf and the RDP
-  # value for a fixed S is reported as the claim) | private_median (Andrew et al. 2021
-  # adaptive clipping: S_t moves geometrically toward the clip_quantile of the update
-  # norms from a noisy count; the count's noise is taken out of the round's budget)
-  c.server.clip_rule = "fixed"
-  c.server.clip_quantile = 0.5     # private_median: target quantile gamma
-  c.server.clip_lr = 0.2           # private_median: geometric step eta_C
-  c.server.clip_count_std = -1.0   # private_median: count noise std; < 0 = K / 20
-  # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
-  # memory is bounded by one chunk. 0 = all K at once; -1 (default) = from the free
-  # memory and, on CPU, the cache (engine.client_chunk_for_memory): the fast path
-  # the benchmarks measure (W1, W7).
-  c.server.client_chunk = -1
-  # CNNs: 'auto' (im2col on CPU and GPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
-  c.server.conv_impl = "auto"
-
-  c.privacy = ConfigDict()
-  c.privacy.epsilon = 4.0          # per-client target; inf disables noise
-  c.privacy.delta = 1e-3
-  # gaussian | laplace (i.i.d. per round) | tree | bandmf (correlated across rounds,
-  # central placement: DP-FTRL tree aggregation, Kairouz et al. 2021; banded matrix
-  # factorisation, Choquette-Choo et al. 2023; fedjax_dp.privacy.correlated)
-  c.privacy.mechanism = "gaussian"
-  # bandmf: bands b of the Toeplitz strategy (0: the round-robin pass length U/K,
-  # capped at rounds; 1 band is i.i.d. noise)
-  c.privacy.bands = 0
-  # tree: rounds per tree before a restart (0: the round-robin pass length, or rounds)
-  c.privacy.tree_restart = 0
-  c.privacy.placement = "upload"   # upload | step | central | none
-  # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
-  # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
-  # noise_multiplier (scale = z * sensitivity) | yuan_eq8, yuan_eq8_corrected (Yuan eq. (8)
-  # as printed / corrected, paper's Delta_s = 2C/|D_k|) | yuan_laplace, yuan_laplace_matched
-  # fu_thm1 / fu_thm2 (Fu et al. Theorem 1
-  # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
-  c.privacy.formula = "calibrated"
-  c.privacy.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
-  c.privacy.client_epsilons = ()   # optional per-client epsilons, one per client
-  c.privacy.enforce_budget = False  # stop before the certified epsilon passes epsilon
-  # Gaussian upload noise: 'per_client' draws each upload's noise; 'aggregate' draws
-  # the noise of the weighted sum once (same distribution of the model, K x fewer
-  # random numbers; see engine.RoundConfig.aggregate_upload_noise).
-  c.privacy.noise_sampling = "per_client"
-  # The run's random stream for noise (and minibatches) is a hash of its config
-  # (fedjax_dp.noise_identity): runs that differ in what they release never draw the
-  # same noise at different scales (releasing two would reveal the noiseless
-  # aggregate), and the same config draws the same again. noise_stream is part of
-  # that config (another value: an independent replicate). common_random_numbers=True
-  # opts in to shared noise: the stream is (seed, noise_stream) alone, the same for
-  # every run (every sweep point) of that seed that also opts in.
-  c.privacy.noise_stream = 0
-  c.privacy.common_random_numbers = False
-  # '' : noise from the config's identity (deterministic: a simulation convenience);
-  # 'os': fresh OS entropy for a real release, drawn once and recorded in config.json
-  # (a resume reads it back); a recorded hex value reproduces that release.
-  c.privacy.noise_seed = ""
-
-  c.schedule = ConfigDict()
-  # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
-  # the T grid schedule.t_grid, run as one sweep; the best final test loss is kept)
-  c.schedule.name = "constant"
-  c.schedule.beta = 0.9            # crd: discount factor in (0, 1)
-  c.schedule.zeta = 0.001          # crd: trigger threshold on the test-loss decrease
-  c.schedule.decay_fraction = 0.5  # linear_decay: share of sigma_0 removed over T0 rounds
-  c.schedule.decay_floor = 0.1     # linear_decay: lowest sigma as a fraction of sigma_0
-  c.schedule.theta = 1.0           # geometric (Yuan eq. (6)): variance ratio per round
-  c.schedule.refine = 0.0          # geometric: 1 = online refinement of Theorem 2
-  c.schedule.alpha_d = 0.9         # geometric: on a trigger M' = ceil(alpha_d M)
-  c.schedule.refine_patience = 1.0  # geometric: non-decreasing rounds before a trigger
-  c.schedule.refine_tol = 0.0      # geometric: "stops decreasing" = loss >= previous - tol
-  c.schedule.refine_exact = 0.0    # geometric: 0 = eq. (9) as printed, 1 = budget-exact
-  c.schedule.k = 0.7               # adpfl (eq. (15)): sigma <- k sigma when the score stalls
-  c.schedule.alpha = 0.005         # adpfl: stall = validation-accuracy gain <= alpha
-  c.schedule.adjust_every = 1.0    # adpfl: rounds between two adjustment checks
-  # adpfl: where the score S_t comes from. 'clients': accuracy on the selected clients'
-  # local data (the paper's default), released with N(0, (z_val / N_sel)^2) and charged
-  # by the accountant; 'server': the run's held-out evaluation (test_accuracy, eval.every
-  # must divide adjust_every), reads no client data.
-  c.schedule.validation = "clients"
-  c.schedule.val_noise_multiplier = 1.0  # adpfl, validation='clients': z_val (> 0)
-  c.schedule.t_grid = ()           # optimal_t: T values searched; () = 10, 20, ..., rounds
+  c.client = _client_fields()
+  c.server = _server_fields()
+  c.privacy = _privacy_fields()
+  c.schedule = _schedule_fields()
 
   c.eval = ConfigDict()
   c.eval.every = 1
@@ -204,6 +70,165 @@ def base_config() -> ConfigDict:
   return c
 
 
+def _data_fields() -> ConfigDict:
+  """The ``data`` section: the dataset, its partition into clients and where the
+  client data live (device or host memory)."""
+  s = ConfigDict()
+  s.name = "digits"         # digits | mnist | fashion_mnist | cifar10 | mnist_binary_0v1 ...
+  s.dir = config_dict.placeholder(str)   # local dir with the standard files
+  # iid | k_classes | dirichlet | unbalanced | label_skew | writer_like | sorted | natural
+  s.partition = "iid"
+  s.num_clients = 10        # U
+  s.samples_per_client = 100
+  s.classes_per_client = 4  # k_classes
+  s.alpha = 0.5             # dirichlet
+  s.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
+  s.skew = 0.8              # label_skew: fraction s from the dominant label
+  s.skews = ()              # label_skew: one s per client (overrides skew)
+  # label_skew: constant (skew / skews) | adpfl_uniform (s_i iid from {0, .1, .., 1},
+  # A-DPFL spec 5.2) | adpfl_even (those levels spread evenly over the clients)
+  s.skew_scheme = "constant"
+  s.skew_remainder = "others"  # label_skew: rest from other labels | all (spec 5.2)
+  s.size_sigma = 0.6        # writer_like: log-normal spread of the client sizes
+  s.dominance = 0.8         # writer_like: share from classes_per_client classes
+  # Evaluate on a fixed random subset of this many test examples (0 = all): for CNN
+  # sweeps on a CPU, where scoring all 10,000 MNIST test images dominates a round.
+  s.test_samples = 0
+  # Where the federation's client data live: device (all of it on the device, gathered
+  # there each round) | host (host memory; each round's cohort is moved to the device,
+  # the next round's prefetched; same results, device memory bounded by the cohort).
+  s.placement = "device"
+  return s
+
+
+def _client_fields() -> ConfigDict:
+  """The ``client`` section: local training and clipping."""
+  s = ConfigDict()
+  s.local_steps = 1       # E
+  s.batch_size = 0        # 0 = full batch; B (expected B for minibatch=poisson)
+  # shuffle: B examples without replacement per step | poisson: each example joins each
+  # step's batch with q_i = B / |D_i| (DP-SGD's sampling; exact subsampled-Gaussian
+  # accounting at example level, add/remove; needs privacy.placement=step with
+  # per_example_l2 clipping and the Gaussian mechanism). client.local_steps counts
+  # the steps: one local epoch is round(|D_i| / B) of them.
+  s.minibatch = "shuffle"
+  s.lr = 0.1              # eta
+  s.lr_decay = 1.0        # local schedule: lr * lr_decay**s at local step s
+  s.clip_mode = "per_example_l2"
+  s.clip = 1.0            # C
+  s.l2_reg = 0.0
+  s.chunk_size = 64
+  return s
+
+
+def _server_fields() -> ConfigDict:
+  """The ``server`` section: selection, aggregation, the clip rule and chunking."""
+  s = ConfigDict()
+  # uniform (K of U) | poisson | round_robin | all | wasserstein_topk (A-DPFL: the K
+  # clients closest to the global label distribution) | wasserstein_sample (K with
+  # probability p_i); the A-DPFL rules assume public label histograms (selection.py)
+  s.selection = "uniform"
+  s.wasserstein_metric = "zero_one"  # A-DPFL ground metric on labels: zero_one | ordinal
+  s.clients_per_round = 10  # K
+  s.q = 0.0                 # Poisson rate (selection=poisson)
+  # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
+  # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
+  s.aggregation = "normalized"
+  s.lr = 1.0
+  # The server's clip bound S on update_l2 updates (privacy.placement=central):
+  # fixed (S = client.clip) | median (Geyer et al. 2017 CL-FL as printed: S = median of
+  # the cohort's update norms; data dependent, so certified epsilon = inf and the RDP
+  # value for a fixed S is reported as the claim) | private_median (Andrew et al. 2021
+  # adaptive clipping: S_t moves geometrically toward the clip_quantile of the update
+  # norms from a noisy count; the count's noise is taken out of the round's budget)
+  s.clip_rule = "fixed"
+  s.clip_quantile = 0.5     # private_median: target quantile gamma
+  s.clip_lr = 0.2           # private_median: geometric step eta_C
+  s.clip_count_std = -1.0   # private_median: count noise std; < 0 = K / 20
+  # Clients trained at once; a round scans over ceil(K / chunk) vmapped chunks, so
+  # memory is bounded by one chunk. 0 = all K at once; -1 (default) = from the free
+  # memory and, on CPU, the cache (engine.client_chunk_for_memory): the fast path
+  # the benchmarks measure (W1, W7).
+  s.client_chunk = -1
+  # CNNs: 'auto' (im2col on CPU and GPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
+  s.conv_impl = "auto"
+  return s
+
+
+def _privacy_fields() -> ConfigDict:
+  """The ``privacy`` section: the target, the mechanism and the noise stream."""
+  s = ConfigDict()
+  s.epsilon = 4.0          # per-client target; inf disables noise
+  s.delta = 1e-3
+  # gaussian | laplace (i.i.d. per round) | tree | bandmf (correlated across rounds,
+  # central placement: DP-FTRL tree aggregation, Kairouz et al. 2021; banded matrix
+  # factorisation, Choquette-Choo et al. 2023; fedjax_dp.privacy.correlated)
+  s.mechanism = "gaussian"
+  # bandmf: bands b of the Toeplitz strategy (0: the round-robin pass length U/K,
+  # capped at rounds; 1 band is i.i.d. noise)
+  s.bands = 0
+  # tree: rounds per tree before a restart (0: the round-robin pass length, or rounds)
+  s.tree_restart = 0
+  s.placement = "upload"   # upload | step | central | none
+  # calibrated (the smallest noise whose certified epsilon meets privacy.epsilon) |
+  # wei_eq10 (Wei et al. eq. (10) as printed; overspends above epsilon ~4.6) |
+  # noise_multiplier (scale = z * sensitivity) | yuan_eq8, yuan_eq8_corrected (Yuan eq. (8)
+  # as printed / corrected, paper's Delta_s = 2C/|D_k|) | yuan_laplace, yuan_laplace_matched
+  # fu_thm1 / fu_thm2 (Fu et al. Theorem 1
+  # Laplace / Theorem 2 Gaussian; need client.clip_mode=step_grad_l1 / step_grad_l2)
+  s.formula = "calibrated"
+  s.noise_multiplier = 1.0  # formula=noise_multiplier: scale = z * sensitivity
+  s.client_epsilons = ()   # optional per-client epsilons, one per client
+  s.enforce_budget = False  # stop before the certified epsilon passes epsilon
+  # Gaussian upload noise: 'per_client' draws each upload's noise; 'aggregate' draws
+  # the noise of the weighted sum once (same distribution of the model, K x fewer
+  # random numbers; see engine.RoundConfig.aggregate_upload_noise).
+  s.noise_sampling = "per_client"
+  # The run's random stream for noise (and minibatches) is a hash of its config
+  # (fedjax_dp.noise_identity): runs that differ in what they release never draw the
+  # same noise at different scales (releasing two would reveal the noiseless
+  # aggregate), and the same config draws the same again. noise_stream is part of
+  # that config (another value: an independent replicate). common_random_numbers=True
+  # opts in to shared noise: the stream is (seed, noise_stream) alone, the same for
+  # every run (every sweep point) of that seed that also opts in.
+  s.noise_stream = 0
+  s.common_random_numbers = False
+  # '' : noise from the config's identity (deterministic: a simulation convenience);
+  # 'os': fresh OS entropy for a real release, drawn once and recorded in config.json
+  # (a resume reads it back); a recorded hex value reproduces that release.
+  s.noise_seed = ""
+  return s
+
+
+def _schedule_fields() -> ConfigDict:
+  """The ``schedule`` section: the noise schedule and its parameters."""
+  s = ConfigDict()
+  # constant (UDP) | crd (Wei Alg. 2) | linear_decay (Lei) | optimal_t (constant over
+  # the T grid schedule.t_grid, run as one sweep; the best final test loss is kept)
+  s.name = "constant"
+  s.beta = 0.9            # crd: discount factor in (0, 1)
+  s.zeta = 0.001          # crd: trigger threshold on the test-loss decrease
+  s.decay_fraction = 0.5  # linear_decay: share of sigma_0 removed over T0 rounds
+  s.decay_floor = 0.1     # linear_decay: lowest sigma as a fraction of sigma_0
+  s.theta = 1.0           # geometric (Yuan eq. (6)): variance ratio per round
+  s.refine = 0.0          # geometric: 1 = online refinement of Theorem 2
+  s.alpha_d = 0.9         # geometric: on a trigger M' = ceil(alpha_d M)
+  s.refine_patience = 1.0  # geometric: non-decreasing rounds before a trigger
+  s.refine_tol = 0.0      # geometric: "stops decreasing" = loss >= previous - tol
+  s.refine_exact = 0.0    # geometric: 0 = eq. (9) as printed, 1 = budget-exact
+  s.k = 0.7               # adpfl (eq. (15)): sigma <- k sigma when the score stalls
+  s.alpha = 0.005         # adpfl: stall = validation-accuracy gain <= alpha
+  s.adjust_every = 1.0    # adpfl: rounds between two adjustment checks
+  # adpfl: where the score S_t comes from. 'clients': accuracy on the selected clients'
+  # local data (the paper's default), released with N(0, (z_val / N_sel)^2) and charged
+  # by the accountant; 'server': the run's held-out evaluation (test_accuracy, eval.every
+  # must divide adjust_every), reads no client data.
+  s.validation = "clients"
+  s.val_noise_multiplier = 1.0  # adpfl, validation='clients': z_val (> 0)
+  s.t_grid = ()           # optimal_t: T values searched; () = 10, 20, ..., rounds
+  return s
+
+
 @contextlib.contextmanager
 def as_config_errors():
   """Within this context a ValueError (from a function checking the config's values
@@ -214,6 +239,16 @@ def as_config_errors():
     raise
   except ValueError as e:
     raise ConfigError(str(e)) from e
+
+
+SHIPPED = "fedjax_dp.configs"  # the package of shipped config files
+
+
+def shipped_names() -> list[str]:
+  """The names of the shipped configs (``quickstart``, ``wei_mnist_mlp``, ...), sorted:
+  the modules of :data:`SHIPPED` (``fedjax_dp/configs``)."""
+  return sorted(f.name[:-3] for f in resources.files(SHIPPED).iterdir()
+                if f.name.endswith(".py") and not f.name.startswith("_"))
 
 
 def load_config(path: str | Path) -> ConfigDict:
@@ -234,7 +269,7 @@ def load_config(path: str | Path) -> ConfigDict:
       lists the names), or the file fails to load, has no ``get_config()``, or holds
       a config of the wrong kind.
   """
-  shipped = configs.names()
+  shipped = shipped_names()
   if not isinstance(path, (str, Path)) or not str(path):
     raise ConfigError(f"no config given ({path!r}): pass a config file or one of the "
                       f"shipped names: {', '.join(shipped)}")
@@ -242,7 +277,7 @@ def load_config(path: str | Path) -> ConfigDict:
     if str(path) not in shipped:
       raise ConfigError(f"config file not found: {path}, nor a shipped config of that name "
                         f"(shipped: {', '.join(shipped)})")
-    with resources.as_file(resources.files(configs) / f"{path}.py") as file:
+    with resources.as_file(resources.files(SHIPPED) / f"{path}.py") as file:
       return _load_file(file)
   path = Path(path)
   if path.suffix == ".json":
@@ -617,14 +652,18 @@ def _check_data_source(cfg: ConfigDict) -> None:
 
 # The mechanisms that validate their own fields (each module's ``check_config(cfg)``,
 # raising a ConfigError naming the field): the schedule, the selection rule and the
-# clip mode the config picks. They sit above this module, so they are looked up by
-# name when a config is validated (as FIELD_RULES' registries are), never imported.
+# clip mode the config picks. They sit below this module (docs/architecture.md: the
+# config floor is above the round, the mechanisms, the models and the data, whose
+# registries FIELD_RULES read too); like those registries they are looked up by name
+# when a config is validated, so that loading a config imports no JAX.
 SELECTION_CHECKS = "fedjax_dp.selection"
 OWNER_CHECKS = ("fedjax_dp.schedules", "fedjax_dp.privacy.clip_modes")
 
 
-def _check_owner(module: str, cfg: ConfigDict) -> None:
-  importlib.import_module(module).check_config(cfg)
+def _check_owners(cfg: ConfigDict) -> None:
+  """The picked selection rule's, schedule's and clip mode's own checks, in that order."""
+  for module in (SELECTION_CHECKS, *OWNER_CHECKS):
+    importlib.import_module(module).check_config(cfg)
 
 
 def _check_targets(cfg: ConfigDict) -> None:
@@ -711,11 +750,9 @@ def validate(cfg: ConfigDict) -> None:
   _check_client_epsilons(cfg)
   _check_data_source(cfg)
   _check_targets(cfg)
-  _check_owner(SELECTION_CHECKS, cfg)
   _check_training(cfg)
   _check_execution(cfg)
-  for module in OWNER_CHECKS:
-    _check_owner(module, cfg)
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")
+  _check_owners(cfg)

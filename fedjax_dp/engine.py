@@ -8,13 +8,12 @@ The round lives in small modules, each owning one thing:
 * :mod:`fedjax_dp.evaluation`: the test set and the selected clients' validation score;
 * :mod:`fedjax_dp.program`: a sweep's ``[G, L]`` points as one program on a mesh;
 * :mod:`fedjax_dp.memory`: memory probing and the client chunk size;
-* :mod:`fedjax_dp.cohort`: the host's client slots and selection.
+* :mod:`fedjax_dp.selection`: the host's client slots and selection.
 
 This module only re-exports them (docs/architecture.md), so ``engine.round_step``
 and the like keep working; the package's own modules import the owners.
 """
 
-from fedjax_dp.cohort import SELECTIONS, cohort_size, poisson_cap, select_clients
 from fedjax_dp.evaluation import (
     evaluate,
     make_eval_fn,
@@ -53,6 +52,7 @@ from fedjax_dp.rounds import (
     model_params,
     round_step,
 )
+from fedjax_dp.selection import SELECTIONS, cohort_size, poisson_cap, select_clients
 
 __all__ = [
     "AGGREGATE_NOISE_TAG",

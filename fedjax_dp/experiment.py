@@ -36,8 +36,7 @@ from fedjax_dp.building import (
   same_program,
 )
 from fedjax_dp.data import load_dataset
-from fedjax_dp.groups import cohort_key, lane_layout, run_group
-from fedjax_dp.interrupt import interruptible
+from fedjax_dp.groups import cohort_key, interruptible, lane_layout, run_group
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.run_loop import RunLoop, count_std, noise_context, private_median_noise
 
@@ -101,14 +100,15 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   from tqdm.auto import tqdm
 
   config_lib.validate(cfg)  # cheap value checks before the directory is touched
+  optimal = optimal_t.is_optimal_t(cfg)
   # privacy.noise_seed='os': fresh entropy, or the one this directory recorded.
   cfg = noise_identity.resolve(
       cfg, None if overwrite else noise_identity.recorded_config(out_dir))
-  if out_dir and sharding.is_primary():
+  if out_dir:
     ckpt_lib.claim_run_dir(out_dir, cfg.to_dict(), overwrite=overwrite)
   if out_dir and (Path(out_dir) / ckpt_lib.FILENAME).is_file():
     ckpt_lib.verified_payload(Path(out_dir) / ckpt_lib.FILENAME)  # before building anything
-  if optimal_t.is_optimal_t(cfg):
+  if optimal:
     if out_dir and sharding.is_primary():
       # Recorded now (its candidates' noise follows from it), so a resume finds it.
       RunDir(out_dir).write_config(schema.stamped(cfg.to_dict()))

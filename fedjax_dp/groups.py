@@ -5,7 +5,8 @@ form a group. Runs that select the same clients form a cohort (:func:`cohort_key
 that reads the clients' data once; :func:`lane_layout` arranges the runs as ``[G][L]``
 lanes of G cohorts, each lane a queue of runs. :func:`run_group` then drives the
 group: each run keeps its own host side in a :class:`fedjax_dp.run_loop.RunLoop`, and
-only the device part is batched::
+only the device part is batched (and Ctrl-C stops it between rounds,
+:func:`interruptible`)::
 
   per round:  for each run: args_p = loop_p.plan_round()        (host, numpy)
               params, metrics = round_fn(params, data, stack(args), active)  (device)
@@ -16,9 +17,12 @@ only the device part is batched::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -27,13 +31,53 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import evaluation, interrupt, memory, program, sharding
+from fedjax_dp import evaluation, memory, program, sharding
 from fedjax_dp.building import CLIENT_CHUNK_AUTO, Setup, data_key, same_program
 from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.results import RunResult
 from fedjax_dp.rounds import RoundArgs, carried_params
 from fedjax_dp.run_loop import RunLoop
+
+# Ctrl-C between rounds: within :func:`interruptible`, SIGINT only sets a flag that
+# :func:`run_group` reads between rounds (:func:`requested`).
+
+
+class _SigintState:
+  requested = False
+
+
+_SIGINT = _SigintState()
+
+
+@contextlib.contextmanager
+def interruptible():
+  """Within this context, SIGINT (Ctrl-C) asks :func:`run_group` to stop after the
+  current round instead of raising at once: it checkpoints its runs, writes their
+  directories with status ``'interrupted'`` and raises ``KeyboardInterrupt``. A
+  second SIGINT raises at once. Outside the main thread, or where SIGINT is ignored
+  (a background job), this does nothing."""
+  if (threading.current_thread() is not threading.main_thread()
+      or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+    yield
+    return
+
+  def handler(signum, frame):
+    if _SIGINT.requested:
+      raise KeyboardInterrupt
+    _SIGINT.requested = True
+
+  previous = signal.signal(signal.SIGINT, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    _SIGINT.requested = False
+
+
+def requested() -> bool:
+  """Whether a SIGINT arrived within :func:`interruptible` (the loop stops now)."""
+  return _SIGINT.requested
 
 
 @functools.lru_cache(maxsize=32)
@@ -157,6 +201,13 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData], d
   model, round_cfg = first.model, first.round_cfg
   num_cohorts, num_lanes = len(layout), len(layout[0])
   mesh = sharding.make_mesh(num_cohorts, devices)
+  trivial = sharding.is_trivial(mesh)
+  if trivial:  # one device: no shardings (put leaves the arrays where they are)
+    pts = rep = args_sharding = None
+  else:
+    pts, rep = sharding.points(mesh), sharding.replicated(mesh)
+    args_sharding = program.round_args_sharding(mesh)
+  data, x_test, y_test = sharding.put((data, first.x_test, first.y_test), rep)
   n_sweep, n_clients = mesh.shape[sharding.SWEEP], mesh.shape[sharding.CLIENTS]
   k_slots = -(-first.k_slots // n_clients) * n_clients
   if int(cfgs[0].server.client_chunk) == CLIENT_CHUNK_AUTO:
@@ -172,24 +223,14 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData], d
     # Chunks hold whole rows of the 'clients' axis, so they shard with it.
     round_cfg = dataclasses.replace(
         round_cfg, client_chunk=-(-round_cfg.client_chunk // n_clients) * n_clients)
-  trivial = sharding.is_trivial(mesh)
   stream = None
-  if data is None:
-    rep_sh = None if trivial else sharding.replicated(mesh)
+  if data is None:  # data.placement='host': each round's cohort is moved here (_Lanes.feed)
     stream = streaming.CohortStream(
-        datasets, put=jax.device_put if trivial else lambda t: sharding.put(t, rep_sh))
+        datasets, put=jax.device_put if trivial else lambda t: sharding.put(t, rep))
   round_fn, eval_fn = program.make_sweep_fns(model, round_cfg,
                                              int(cfgs[0].eval.batch_size),
                                              None if trivial else mesh)
   val_fn = evaluation.make_validation_fn(model, round_cfg)
-  if trivial:
-    pts = args_sharding = None
-    x_test, y_test = first.x_test, first.y_test
-  else:
-    pts, rep = sharding.points(mesh), sharding.replicated(mesh)
-    args_sharding = program.round_args_sharding(mesh)
-    x_test, y_test = sharding.put((first.x_test, first.y_test), rep)
-    data = data if data is None else sharding.put(data, rep)
   return _Program(round_fn, eval_fn, val_fn, data, x_test, y_test, pts, args_sharding,
                   trivial, k_slots, num_cohorts, num_lanes, stream)
 
@@ -462,7 +503,7 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
   try:
     lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar)
     while True:
-      if interrupt.requested():
+      if requested():
         lanes.interrupt()
         raise KeyboardInterrupt
       planned = lanes.plan()

@@ -21,10 +21,11 @@ import jax
 import numpy as np
 
 from fedjax_dp import checkpoint as ckpt_lib
-from fedjax_dp import cohort as cohort_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, reporting, rounds, schema, sharding
+from fedjax_dp import noise_identity, rounds, schema, sharding
+from fedjax_dp import selection as selection_lib
 from fedjax_dp.building import Setup
+from fedjax_dp.privacy import reporting
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.rounds import RoundArgs
@@ -84,23 +85,27 @@ class RunLoop:
     self.cfg = cfg
     self.setup = setup
     self.privacy = setup.privacy
+    # Top-down: the config's noise stream and stored form, the schedule and the
+    # accountant, then the run directory.
+    ctx = noise_context(cfg, setup.privacy)
+    # The noise stream: a hash of the release's config (fedjax_dp.noise_identity).
+    self.stream = noise_identity.stream(cfg)
+    stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
+    self.schedule = get_schedule(cfg.schedule.name)
+    self.state = self.schedule.init(ctx)
+    self.acct = self.privacy.accountant_init()
+    self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
     # Every process reads the checkpoint and takes part in gathering the params to
     # save (a collective across hosts); only process 0 writes.
     self.out_dir = out_dir
     self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
-    self.schedule = get_schedule(cfg.schedule.name)
-    self.state = self.schedule.init(noise_context(cfg, setup.privacy))
-    # The noise stream: a hash of the release's config (fedjax_dp.noise_identity).
-    self.stream = noise_identity.stream(cfg)
-    self.acct = self.privacy.accountant_init()
     self.rows: list[dict[str, Any]] = []
     self.status, self.diverged_round = "completed", None
     self.running = True
     self.t = 0
     self.horizon = int(cfg.rounds)
-    self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
     self.test = (float("nan"), float("nan"))
     # Schedules may only shorten T; guard against one that never stops anyway.
     self._max_rounds = int(cfg.rounds) * 4 + 10
@@ -123,7 +128,7 @@ class RunLoop:
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
     if self.run_dir:
-      self.run_dir.write_config(schema.stamped(cfg.to_dict()))
+      self.run_dir.write_config(stored)
 
   def _restore(self, path) -> None:
     round_cfg = self.setup.round_cfg
@@ -212,9 +217,9 @@ class RunLoop:
     """Round ``t``'s selection ``(idx [K], mask [K])``; it depends only on (seed, t),
     so the round after the planned one is known ahead (streamed data prefetches it)."""
     cfg = self.cfg
-    return cohort_lib.select_clients(cfg.server.selection, self.setup.num_clients,
-                                     cfg.server.clients_per_round, cfg.server.q, cfg.seed, t,
-                                     weights=self.setup.selection_weights)
+    return selection_lib.select_clients(cfg.server.selection, self.setup.num_clients,
+                                        cfg.server.clients_per_round, cfg.server.q, cfg.seed,
+                                        t, weights=self.setup.selection_weights)
 
   def plan_round(self) -> RoundArgs | None:
     """Plans round ``t``: its device inputs (numpy), or None when the run stops."""
@@ -226,8 +231,8 @@ class RunLoop:
       self.running = False
       return None
     self.horizon = plan.horizon
-    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
     idx, sel = self.cohort(t)
+    client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
     # Deterministic rules (round robin) are charged for the clients that take part.
     validate = self.validate_clients and (t + 1) % self.adjust_every == 0
     new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,

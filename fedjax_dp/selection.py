@@ -1,5 +1,9 @@
 """Client-selection rules: each rule's host sampler and the accounting it implies.
 
+This module also owns the host's cohort of a round: the static number of client
+slots K (:func:`cohort_size`) and the drawn ids padded into those slots with a mask
+(:func:`select_clients`), the form the compiled round takes.
+
 A selection rule decides which clients train in round t. What the accountant may
 assume depends on the rule, so a rule carries both (ARCHITECTURE.md decision 6):
 
@@ -316,3 +320,53 @@ def check_config(cfg) -> None:
   rule = RULES.get(cfg.server.selection)
   if rule is not None:
     rule.check(cfg)
+
+
+# The host's cohort of a round: the static slot count K, and the drawn ids padded into
+# ``[K]`` slots with a mask, the form the compiled round takes
+# (:class:`fedjax_dp.rounds.RoundArgs`).
+
+
+def cohort_size(selection: str, num_clients: int, clients_per_round: int, q: float) -> int:
+  """The static number of client slots K of a round for ``selection``."""
+  return get_rule(selection).slots(num_clients, clients_per_round, q)
+
+
+def select_clients(selection: str, num_clients: int, clients_per_round: int, q: float,
+                   seed: int, t: int, weights: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """Host-side client selection for round ``t`` by the rule ``selection``
+  (:data:`RULES`).
+
+  A round's cohort depends only on ``(seed, t)`` (``np.random.default_rng([seed, t])``;
+  round robin: on ``(seed, pass)``), not on earlier rounds, so a resumed or re-planned
+  run draws the same cohorts.
+
+  Args:
+    selection: ``'uniform'`` (K of U without replacement; Wei "K-user random
+      scheduling"), ``'poisson'`` (each client independently with rate q),
+      ``'round_robin'`` (Fu et al.: K at a time through a fresh permutation of the
+      U clients per pass of ceil(U/K) rounds), ``'all'``.
+    num_clients: U.
+    clients_per_round: K (uniform, round_robin).
+    q: Poisson rate.
+    seed: run seed.
+    t: round index.
+    weights: ``[U]`` the rule's per-client side information
+      (:attr:`SelectionRule.weights`; A-DPFL scores or
+      probabilities), None for rules without.
+
+  Returns:
+    ``(idx [K_slots] int32, mask [K_slots] float32)``.
+  """
+  rule = get_rule(selection)
+  k_slots = rule.slots(num_clients, clients_per_round, q)
+  ids = rule.sample(num_clients, clients_per_round, q, seed, t, weights=weights)
+  idx = np.zeros(k_slots, np.int32)
+  mask = np.zeros(k_slots, np.float32)
+  idx[:ids.size] = ids
+  mask[:ids.size] = 1.0
+  # Padding slots repeat client ids[0] (or 0); they are masked out of every sum.
+  if ids.size:
+    idx[ids.size:] = ids[0]
+  return idx, mask

@@ -11,8 +11,8 @@ from _helpers import QUICKSTART, ROOT
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_datasets_papers import write_loans
 
-from fedjax_dp import catalog, cli, client, plotting, reporting, selection
-from fedjax_dp.privacy import plan
+from fedjax_dp import catalog, cli, client, plotting, selection
+from fedjax_dp.privacy import plan, reporting
 
 FU_LR = ROOT / "experiments" / "configs" / "fu_lr_laplace.py"
 TINY = [a for k, v in {"data.num_clients": 4, "server.clients_per_round": 4,

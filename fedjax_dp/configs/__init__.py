@@ -10,10 +10,7 @@ repository re-exports them for the paths the scripts and docs use.
 
 from __future__ import annotations
 
-from importlib import resources
+# Listing and loading them is :mod:`fedjax_dp.config`'s (``config.shipped_names``).
+from fedjax_dp.config import shipped_names as names
 
-
-def names() -> list[str]:
-  """The names of the shipped configs (``quickstart``, ``wei_mnist_mlp``, ...), sorted."""
-  return sorted(f.name[:-3] for f in resources.files(__name__).iterdir()
-                if f.name.endswith(".py") and not f.name.startswith("_"))
+__all__ = ["names"]

@@ -10,7 +10,7 @@ from fedjax_dp.data.datasets import (
     load_dataset,
 )
 from fedjax_dp.data.federated import FederatedData, build_federated_data, gather_clients
-from fedjax_dp.data.partition import PARTITIONERS, partition
+from fedjax_dp.data.partition import PARTITIONERS, partition, partition_clients
 
 __all__ = [
     "DATASETS",
@@ -24,4 +24,5 @@ __all__ = [
     "heterogeneity",
     "load_dataset",
     "partition",
+    "partition_clients",
 ]

@@ -19,7 +19,8 @@ machine.
 ==============  ===================================================================
 
 :func:`partition` dispatches by name and checks the arguments, naming the config
-field (``data.partition``, ``data.samples_per_client``, ...), before any heavy work.
+field (``data.partition``, ``data.samples_per_client``, ...), before any heavy work;
+:func:`partition_clients` reads the method and its arguments from a run's config.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+
+from fedjax_dp.errors import ConfigError
 
 # Above this many class subsets, k_classes scores a random sample of them per client
 # instead of all of them (C(10, 4) = 210 is enumerated; C(100, 5) = 75M is not).
@@ -740,3 +744,50 @@ def partition(labels, method: str, num_clients: int, seed: int, **kwargs) -> lis
   if missing:
     raise ValueError(f"data.partition={method!r} needs {', '.join('data.' + m for m in missing)}.")
   return fn(labels, num_clients=num_clients, seed=seed, **kwargs)
+
+
+def _skews(cfg):
+  """``data.s`` for label_skew: one value, or one per client (``data.skews`` or a scheme)."""
+  d = cfg.data
+  scheme = d.get("skew_scheme", "constant")
+  if scheme != "constant":
+    return adpfl_skews(d.num_clients, cfg.seed, evenly_spaced=scheme == "adpfl_even")
+  skews = tuple(d.get("skews", ()))
+  if skews and len(skews) != d.num_clients:
+    raise ConfigError(f"data.skews holds {len(skews)} values, but "
+                      f"data.num_clients is {d.num_clients}")
+  return np.asarray(skews, np.float64) if skews else d.skew
+
+
+def partition_clients(cfg, labels, groups=None):
+  """The config's partition of the training ``labels`` into clients (index arrays):
+  :func:`partition` with the method and arguments ``cfg.data`` names, seeded by
+  ``cfg.seed``."""
+  d = cfg.data
+  kwargs: dict[str, Any] = {}
+  if d.partition == "iid":
+    kwargs = {"samples_per_client": d.samples_per_client}
+  elif d.partition == "k_classes":
+    kwargs = {"k": d.classes_per_client, "samples_per_client": d.samples_per_client}
+  elif d.partition == "dirichlet":
+    kwargs = {"alpha": d.alpha, "samples_per_client": d.samples_per_client or None}
+  elif d.partition == "unbalanced":
+    sizes = list(d.group_sizes)
+    if d.num_clients % len(sizes):
+      raise ConfigError(
+          f"data.num_clients ({d.num_clients}) must be a multiple of the number of "
+          f"data.group_sizes ({len(sizes)})")
+    per = d.num_clients // len(sizes)
+    return partition(labels, "unbalanced", d.num_clients, cfg.seed,
+                     sizes=[s for s in sizes for _ in range(per)])
+  elif d.partition == "label_skew":
+    kwargs = {"s": _skews(cfg), "samples_per_client": d.samples_per_client,
+              "remainder": d.get("skew_remainder", "others")}
+  elif d.partition == "sorted":
+    kwargs = {"samples_per_client": d.samples_per_client}
+  elif d.partition == "writer_like":
+    kwargs = {"samples_per_client": d.samples_per_client, "size_sigma": d.size_sigma,
+              "classes_per_client": d.classes_per_client, "dominance": d.dominance}
+  elif d.partition == "natural":
+    kwargs = {"groups": groups}
+  return partition(labels, d.partition, d.num_clients, cfg.seed, **kwargs)

@@ -1,1 +1,2 @@
-"""Clipping, noise mechanisms, accountants and the papers' privacy formulas."""
+"""Clipping, noise mechanisms, accountants, the papers' privacy formulas, and the privacy
+unit a run reports (:mod:`fedjax_dp.privacy.reporting`)."""

@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_dp import selection as selection_lib
-from fedjax_dp.config import ConfigError
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import accounting, calibration, clip_modes, correlated, formulas, mechanisms
 from fedjax_dp.privacy.clip_modes import param_l2, per_example_l2, step_grad_l2, update_l2
 
