@@ -9,7 +9,17 @@ with the largest difference of each variant's new model to the first variant's.
 Variants patch the model code while it is traced, so all run the same engine:
 
 * ``flax_pool``: ``flax.linen.max_pool`` (``lax.reduce_window``), the code before;
-* ``reshape_pool``: :func:`fedjax_dp.models.layers.max_pool` (reshape and max).
+* ``reshape_pool``: :func:`fedjax_dp.models.layers.max_pool` (reshape and max);
+* ``nhwc_unfold``: :func:`fedjax_dp.models.layers.conv_im2col` (the unfold as
+  ``[n, H', W', kh kw C]``, features minor), the code;
+* ``cnhw_unfold``, ``cnhw_t_unfold``: the unfold features first, ``[kh kw C, n, H',
+  W']`` (:func:`unfold_cnhw`: a concatenation along the major axis), the matmul
+  contracting that axis with the output ``[n, H', W', O]`` (``cnhw``) or computed as
+  ``[O, n, H', W']`` and transposed (``cnhw_t``);
+* ``scan_steps``: every local step in the scan (``client.PEEL_FIRST_STEP = False``),
+  the code before;
+* ``peel_step``: the first local step outside the scan, on the shared global model
+  (``client.PEEL_FIRST_STEP = True``).
 
 See docs/scaling.md, "CNN speed steps".
 """
@@ -42,23 +52,52 @@ from workloads import (
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import engine
-from fedjax_dp.models import get_model, zoo
+from fedjax_dp.models import get_model, layers, zoo
 
 
 def _flax_pool(x, window, padding):
   return nn.max_pool(x, (window, window), strides=(window, window), padding=padding)
 
 
+def unfold_cnhw(x, kernel_size, padding):
+  """``moveaxis(layers.unfold(x), -1, 0)``, built along the major axis:
+  ``[n, H, W, C] -> [kh kw C, n, H', W']``."""
+  kh, kw = kernel_size
+  pads = (jax.lax.padtype_to_pads(x.shape[1:3], kernel_size, (1, 1), padding)
+          if isinstance(padding, str) else [tuple(p) for p in padding])
+  xp = jnp.pad(jnp.transpose(x, (3, 0, 1, 2)), [(0, 0), (0, 0), *pads])
+  h_out, w_out = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
+  cols = [xp[:, :, i:i + h_out, j:j + w_out] for i in range(kh) for j in range(kw)]
+  return jnp.concatenate(cols, axis=0)
+
+
+def _conv_cnhw(x, kernel, padding):
+  kh, kw, _, o = kernel.shape
+  cols = unfold_cnhw(x, (kh, kw), padding)
+  return jax.lax.dot_general(cols, kernel.reshape(-1, o), (((0,), (0,)), ((), ())))
+
+
+def _conv_cnhw_t(x, kernel, padding):
+  kh, kw, _, o = kernel.shape
+  cols = unfold_cnhw(x, (kh, kw), padding)
+  y = jax.lax.dot_general(kernel.reshape(-1, o), cols, (((0,), (0,)), ((), ())))
+  return jnp.transpose(y, (1, 2, 3, 0))
+
+
 @contextlib.contextmanager
 def variant(name: str):
   """Patches the model code for one variant while it is traced."""
-  saved = zoo.max_pool
+  saved = zoo.max_pool, layers.conv_im2col, client_lib.PEEL_FIRST_STEP
   if name == "flax_pool":
     zoo.max_pool = _flax_pool
+  layers.conv_im2col = {"cnhw_unfold": _conv_cnhw, "cnhw_t_unfold": _conv_cnhw_t}.get(
+      name, layers.conv_im2col)
+  if name in ("scan_steps", "peel_step"):
+    client_lib.PEEL_FIRST_STEP = name == "peel_step"
   try:
     yield
   finally:
-    zoo.max_pool = saved
+    zoo.max_pool, layers.conv_im2col, client_lib.PEEL_FIRST_STEP = saved
 
 
 def build(name: str, method: str):
@@ -81,7 +120,7 @@ def build(name: str, method: str):
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--turns", type=int, default=3)
-  parser.add_argument("--variants", default="flax_pool,reshape_pool")
+  parser.add_argument("--variants", default="scan_steps,peel_step")
   parser.add_argument("--methods", default="ours,loop")
   args = parser.parse_args(argv)
   runs = {}

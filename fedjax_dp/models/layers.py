@@ -103,6 +103,19 @@ def unfold(x: jax.Array, kernel_size: tuple[int, int], padding: ConvPadding) -> 
   return cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
 
 
+def conv_im2col(x: jax.Array, kernel: jax.Array, padding: ConvPadding) -> jax.Array:
+  """The stride-1 convolution of ``x [n, H, W, C]`` with ``kernel [kh, kw, C, O]`` as
+  :func:`unfold` and one matmul: ``[n, H', W', O]``.
+
+  Unfolding features-first (``[kh kw C, n, H', W']``, so each shifted slice is copied
+  in rows of ``W'`` floats) was measured slower on W2's shapes: XLA:CPU copies the
+  patches back to a minor contraction axis for the matmul (docs/scaling.md, "CNN
+  speed steps on CPU"; ``benchmarks/bench_cnn_steps.py``).
+  """
+  kh, kw, _, o = kernel.shape
+  return unfold(x, (kh, kw), padding) @ kernel.reshape(-1, o)
+
+
 class Conv(nn.Module):
   """A stride-1 2-D convolution (NHWC) that supports ghost clipping.
 
@@ -146,11 +159,13 @@ class Conv(nn.Module):
     padding = self.padding if isinstance(self.padding, str) else tuple(
         tuple(p) for p in self.padding)
     ghost = self.is_mutable_collection("intermediates")
-    if ghost or self.impl == "im2col":
+    if ghost:
       cols = unfold(x, self.kernel_size, padding)
       self.sow("intermediates", GHOST_IN, cols)
-    if self.impl == "im2col":
+    if self.impl == "im2col" and ghost:
       y = cols @ kernel.reshape(-1, self.features)
+    elif self.impl == "im2col":
+      y = conv_im2col(x, kernel, padding)
     else:
       y = jax.lax.conv_general_dilated(x, kernel, (1, 1), padding, dimension_numbers=CONV_DIMS)
     if self.use_bias:
