@@ -1,6 +1,6 @@
 """W2's round and jitted loop with and without each CNN speed step, in one process.
 
-  python benchmarks/bench_cnn_steps.py [--turns 3] [--variants flax_pool,reshape_pool]
+  python benchmarks/bench_cnn_steps.py [--turns 3] [--variants nhwc_unfold,cnhw_unfold]
 
 Every variant is compiled first (ours: the engine's round at W2's configuration;
 loop: the jitted one-client update called per client), then the variants are timed
@@ -15,11 +15,11 @@ Variants patch the model code while it is traced, so all run the same engine:
 * ``cnhw_unfold``, ``cnhw_t_unfold``: the unfold features first, ``[kh kw C, n, H',
   W']`` (:func:`unfold_cnhw`: a concatenation along the major axis), the matmul
   contracting that axis with the output ``[n, H', W', O]`` (``cnhw``) or computed as
-  ``[O, n, H', W']`` and transposed (``cnhw_t``);
-* ``scan_steps``: every local step in the scan (``client.PEEL_FIRST_STEP = False``),
-  the code before;
-* ``peel_step``: the first local step outside the scan, on the shared global model
-  (``client.PEEL_FIRST_STEP = True``).
+  ``[O, n, H', W']`` and transposed (``cnhw_t``).
+
+The first local step peeled out of the scan (shared global model, no per-client
+broadcast; ``client.PEEL_FIRST_STEP``) was measured with this script at commit
+6d8d3b2 (variants ``scan_steps``, ``peel_step``) and not adopted.
 
 See docs/scaling.md, "CNN speed steps".
 """
@@ -87,17 +87,15 @@ def _conv_cnhw_t(x, kernel, padding):
 @contextlib.contextmanager
 def variant(name: str):
   """Patches the model code for one variant while it is traced."""
-  saved = zoo.max_pool, layers.conv_im2col, client_lib.PEEL_FIRST_STEP
+  saved = zoo.max_pool, layers.conv_im2col
   if name == "flax_pool":
     zoo.max_pool = _flax_pool
   layers.conv_im2col = {"cnhw_unfold": _conv_cnhw, "cnhw_t_unfold": _conv_cnhw_t}.get(
       name, layers.conv_im2col)
-  if name in ("scan_steps", "peel_step"):
-    client_lib.PEEL_FIRST_STEP = name == "peel_step"
   try:
     yield
   finally:
-    zoo.max_pool, layers.conv_im2col, client_lib.PEEL_FIRST_STEP = saved
+    zoo.max_pool, layers.conv_im2col = saved
 
 
 def build(name: str, method: str):
@@ -120,7 +118,7 @@ def build(name: str, method: str):
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--turns", type=int, default=3)
-  parser.add_argument("--variants", default="scan_steps,peel_step")
+  parser.add_argument("--variants", default="nhwc_unfold,cnhw_unfold,cnhw_t_unfold")
   parser.add_argument("--methods", default="ours,loop")
   args = parser.parse_args(argv)
   runs = {}

@@ -43,10 +43,6 @@ CLIP_MODES = clip_modes.CLIP_MODES
 MINIBATCHES = ("shuffle", "poisson")
 UPLOAD_TAG = 1 << 20  # step keys use fold_in(key, s) with s < UPLOAD_TAG
 MAX_UNROLLED_STEPS = 8  # more local steps run as a loop (compile time grows with E)
-# Whether client_update runs its first local step outside the scan, on the shared
-# global model (see there); module level so benchmarks/bench_cnn_steps.py can time
-# both in one process.
-PEEL_FIRST_STEP = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,19 +211,9 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   # inside a loop on a path ~15x slower than outside one (pfl's CIFAR-10 CNN, 5 steps
   # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
-  if PEEL_FIRST_STEP:
-    # The first step outside the scan, on the global model itself: vmapped over
-    # clients, its weights stay shared (unbatched) instead of a scan carry broadcast
-    # to every client, so its forward and input-gradient matmuls are one matmul over
-    # all clients' examples. The same computation as the scan's first iteration.
-    params, (loss0, norm0) = step(global_params, (steps[0], lr[0]))
-    if cfg.local_steps > 1:
-      params, _ = jax.lax.scan(step, params, (steps[1:], lr[1:]), unroll=max(unroll - 1, 1))
-  else:
-    params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
-    loss0, norm0 = losses[0], norms[0]
+  params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
   params, update_norm = mode.after_local(params, global_params, hp.clip)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
                                   hp.upload_noise, cfg.mechanism)
-  return ClientOutput(params, loss0, norm0, update_norm)
+  return ClientOutput(params, losses[0], norms[0], update_norm)
