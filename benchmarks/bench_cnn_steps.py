@@ -15,7 +15,12 @@ Variants patch the model code while it is traced, so all run the same engine:
 * ``cnhw_unfold``, ``cnhw_t_unfold``: the unfold features first, ``[kh kw C, n, H',
   W']`` (:func:`unfold_cnhw`: a concatenation along the major axis), the matmul
   contracting that axis with the output ``[n, H', W', O]`` (``cnhw``) or computed as
-  ``[O, n, H', W']`` and transposed (``cnhw_t``).
+  ``[O, n, H', W']`` and transposed (``cnhw_t``);
+* ``chunk<B>`` (ours only): the code with ``client_chunk=B``: the 50 clients as a
+  ``lax.scan`` over chunks of B vmapped clients (``ours`` lets memory pick the chunk:
+  0, all 50 at once);
+* ``ynn_off``, ``onednn`` (ours only): the code, compiled with XLA:CPU's YNNPACK dot
+  fusions off (XLA's own dot emitter), or off with oneDNN on (``compiler_options``).
 
 The first local step peeled out of the scan (shared global model, no per-client
 broadcast; ``client.PEEL_FIRST_STEP``) was measured with this script at commit
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -53,6 +59,11 @@ from workloads import (
 from fedjax_dp import client as client_lib
 from fedjax_dp import engine
 from fedjax_dp.models import get_model, layers, zoo
+
+XLA_OPTIONS = {
+    "ynn_off": {"xla_cpu_experimental_ynn_fusion_type": ""},
+    "onednn": {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_use_onednn": True},
+}
 
 
 def _flax_pool(x, window, padding):
@@ -109,8 +120,11 @@ def build(name: str, method: str):
   with variant(name):
     if method == "ours":
       rcfg = _our_round_config(model, ccfg, data, W2_COHORT, "ours", {})
+      if name.startswith("chunk"):
+        rcfg = dataclasses.replace(rcfg, client_chunk=int(name[len("chunk"):]))
       args = _args(idx, sel, np.zeros(W2_COHORT), lr, clip, central)
-      fn = engine.make_round_fn(model, rcfg).lower(params, data, args).compile()
+      fn = engine.make_round_fn(model, rcfg).lower(params, data, args).compile(
+          compiler_options=XLA_OPTIONS.get(name))
       return lambda: fn(params, data, args)[0]
     return _loop_round(model, ccfg, params, data, idx, np.zeros(W2_COHORT), lr, clip, central)
 

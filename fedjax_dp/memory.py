@@ -20,7 +20,7 @@ import numpy as np
 
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, round_step
+from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, round_step
 
 
 def available_memory_bytes(device: jax.Device | None = None) -> int:
@@ -118,10 +118,14 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
                                ((shapes.x, example_dims), (shapes.y, 1), (shapes.mask, 1))))
   lane_bytes = max(cohorts, 1) * max(shared + max(lanes, 1) * (per_client - shared), 1.0)
   chunk = int(fraction * memory_bytes // lane_bytes)
-  if cache_bytes is None and jax.default_backend() == "cpu" and not model.conv:
-    # Only for all-dense models: XLA (CPU) runs convolution weight gradients inside
-    # loops (the chunk scan) on a path ~15x slower than outside, so small chunks
-    # cost CNNs far more than cache misses do.
+  if cache_bytes is None and jax.default_backend() == "cpu" and (
+      not model.conv or conv_impl_for(cfg) == "im2col"):
+    # Not for CNNs computed by XLA convolutions: XLA (CPU) runs convolution weight
+    # gradients inside loops (the chunk scan) on a path ~15x slower than outside, so
+    # small chunks cost them far more than cache misses do. With 'im2col' (the CPU
+    # default) weight gradients are matmuls, and the per-client models and unfolded
+    # inputs of a small chunk stay in cache: W2 ran 1.19x faster in chunks of 1
+    # client than all 50 at once (docs/scaling.md, "CNN speed steps on CPU").
     # A quarter of the last-level cache: XLA's buffers (temporaries, the gathered
     # block) outnumber what memory_analysis counts per client; measured best for
     # Wei's MLP round, 10,000-client logistic cohorts and a linear-SVM sweep.
