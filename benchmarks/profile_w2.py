@@ -1,9 +1,10 @@
 """Where one W2 round's time goes on this machine: a per-op profile by category.
 
-  python benchmarks/profile_w2.py [--clients 50] [--rounds 2] [--top 25]
+  python benchmarks/profile_w2.py [--clients 50] [--rounds 2] [--chunk -1] [--top 25]
 
 Builds the engine's W2 round (``cnn_pfl_cifar10``, ``--clients`` clients x 5 steps of
-batch 10, update clipping + central noise, ``conv_impl`` as ``auto`` picks), compiles it,
+batch 10, update clipping + central noise, ``conv_impl`` as ``auto`` picks, the client
+chunk as the engine picks unless ``--chunk``), compiles it,
 runs it once untraced, then ``--rounds`` rounds under ``jax.profiler.trace`` (a
 Perfetto trace). XLA:CPU records one trace event per executed HLO op (thunk), named
 after the optimised HLO instruction, so each event is looked up in the compiled
@@ -127,14 +128,15 @@ def category(opcode: str, op_name: str, inner: set) -> str:
   return "other (SGD update, batch gather, clipping, aggregation, noise add)"
 
 
-def build(clients: int):
+def build(clients: int, chunk: int = -1):
   model = get_model("cnn_pfl_cifar10", (32, 32, 3), 10)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   data = _synthetic(W2_CLIENTS, W2_PER_CLIENT, (32, 32, 3))
   idx, sel = engine.select_clients("uniform", W2_CLIENTS, clients, 0.0, 0, 0)
   ccfg = client_lib.ClientConfig(W2_STEPS, W2_BATCH, "update_l2", "central")
   rcfg = engine.RoundConfig(ccfg)
-  chunk = engine.client_chunk_for_memory(model, rcfg, data, clients)
+  if chunk < 0:
+    chunk = engine.client_chunk_for_memory(model, rcfg, data, clients)
   rcfg = engine.RoundConfig(ccfg, client_chunk=chunk)
   args = _args(idx, sel, np.zeros(clients), [0.1] * W2_STEPS, 1.0, 0.01)
   with named_scopes():
@@ -146,11 +148,13 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--clients", type=int, default=50)
   parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument("--chunk", type=int, default=-1,
+                      help="client_chunk; -1 (default): engine.client_chunk_for_memory")
   parser.add_argument("--top", type=int, default=25, help="also list the N slowest ops")
   parser.add_argument("--trace-dir", default=None)
   args = parser.parse_args(argv)
   start = time.perf_counter()
-  compiled, inputs, chunk, impl = build(args.clients)
+  compiled, inputs, chunk, impl = build(args.clients, args.chunk)
   print(f"W2 round, {args.clients} clients, client_chunk={chunk}, conv_impl={impl}: "
         f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
   ops = parse_hlo(compiled.as_text())
