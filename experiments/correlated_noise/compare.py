@@ -58,8 +58,8 @@ import pandas as pd
 from fedjax_dp import config as config_lib
 from fedjax_dp import reproduction as repro
 
-RESULTS = Path(os.environ.get("CORRELATED_RESULTS", Path(__file__).resolve().parent / "results"))
-RUNS = Path(os.environ.get("CORRELATED_RUNS", ROOT / "runs" / "correlated_noise"))
+RESULTS = Path(os.environ.get("CORRELATED_NOISE_RESULTS", Path(__file__).resolve().parent / "results"))
+RUNS = Path(os.environ.get("CORRELATED_NOISE_RUNS", ROOT / "runs" / "correlated_noise"))
 MNIST_DIR = os.environ.get("FEDJAX_DP_MNIST", str(ROOT.parent / "shared" / "datasets" / "mnist"))
 EPSILONS = (1.0, 4.0, 16.0)
 SEEDS = (0, 1, 2)
