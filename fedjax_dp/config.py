@@ -124,7 +124,8 @@ def _client_fields() -> ConfigDict:
 def _server_fields() -> ConfigDict:
   """The ``server`` section: selection, aggregation, the clip rule and chunking."""
   s = ConfigDict()
-  # uniform (K of U) | poisson | round_robin | all | wasserstein_topk (A-DPFL: the K
+  # uniform (K of U) | poisson | round_robin | cyclic (one fixed order) | all |
+  # wasserstein_topk (A-DPFL: the K
   # clients closest to the global label distribution) | wasserstein_sample (K with
   # probability p_i); the A-DPFL rules assume public label histograms (selection.py)
   s.selection = "uniform"

@@ -18,6 +18,8 @@ poisson        each client with rate q             example level: ``"selection"`
 round_robin    a fresh permutation of the U        deterministic turns: the clients of the
                clients per pass of ceil(U/K)       round's cohort are charged in full, the
                rounds, K at a time                 others nothing (no amplification)
+cyclic         one permutation of the U clients,   as round_robin; a client's turns are
+               the same every pass, K at a time    exactly ceil(U/K) rounds apart
 all            every client                        every client in full
 wasserstein_   the K clients with the highest A-DPFL  charged per client for the rounds it
 topk           score SC_i (smallest W_i); the same    was selected in (no amplification);
@@ -114,6 +116,13 @@ class SelectionRule(NamedTuple):
     check: ``(cfg) -> None`` refuses the rule's own fields out of range
       (``server.clients_per_round``, ``server.q``) with a ConfigError naming the
       field; :func:`check_config` calls it.
+    period: ``(U, K, q) -> int`` rounds between a client's turns by design (round
+      robin and cyclic: the pass ``ceil(U / K)``; 1 otherwise). A correlated
+      mechanism sizes its bands and tree restarts by it.
+    public_pattern: who takes part in round t is a function of (seed, t) alone, drawn
+      without reading data, so each client's participation pattern is public: what a
+      correlated mechanism's accounting (one Gaussian over the realised patterns)
+      needs. Random rules are excluded: their matrix mechanisms need amplification.
   """
 
   sample: Callable[..., np.ndarray]
@@ -127,6 +136,8 @@ class SelectionRule(NamedTuple):
   assumption: str | None = None
   relation: str | None = None
   check: Callable[[Any], None] = lambda cfg: None
+  period: Callable[[int, int, float], int] = lambda u, k, q: 1
+  public_pattern: bool = False
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -162,6 +173,17 @@ def _round_robin(u, k, q, seed, t, weights=None):
   per_pass = rounds_per_pass(u, k)
   p, r = divmod(int(t), per_pass)
   order = np.random.default_rng([seed, p, 1]).permutation(u)  # 1: not a round's stream
+  return np.sort(order[r * k:(r + 1) * k])
+
+
+def _cyclic(u, k, q, seed, t, weights=None):
+  """One permutation of the U clients seeded by ``seed`` alone, walked K per round and
+  repeated every pass: a client's turns are exactly ``P = ceil(U / K)`` rounds apart,
+  the b-min-separated participation of Choquette-Choo et al. 2023 (Thm. 2) for
+  ``b <= P``. Round robin's fresh order per pass can put a client in the last round of
+  one pass and the first of the next."""
+  r = int(t) % rounds_per_pass(u, k)
+  order = np.random.default_rng([seed, 0, 2]).permutation(u)  # 2: not round robin's
   return np.sort(order[r * k:(r + 1) * k])
 
 
@@ -278,11 +300,20 @@ RULES: dict[str, SelectionRule] = {
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
         min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
-        check=_check_cohort),
+        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
+        public_pattern=True),
+    "cyclic": SelectionRule(
+        sample=_cyclic, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+        deterministic=True, sampling=_full,
+        max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
+        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
+        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
+        public_pattern=True),
     "all": SelectionRule(
         sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
         deterministic=False, sampling=_full,
-        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: u),
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: u,
+        public_pattern=True),
     "wasserstein_topk": SelectionRule(
         sample=_wasserstein_topk, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,

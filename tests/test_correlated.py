@@ -253,3 +253,28 @@ def test_resume_with_the_carried_state_is_bit_exact(tmp_path, monkeypatch, capsy
   assert (full / "model.msgpack").read_bytes() == (resumed / "model.msgpack").read_bytes()
   sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, resumed))
   assert sa["epsilon_certified"] == sb["epsilon_certified"]
+
+
+def test_cyclic_selection_separates_turns_by_the_pass_and_bandmf_charges_k():
+  """server.selection=cyclic: one fixed order, so each client's turns are exactly
+  P = ceil(U / K) rounds apart; with bands b = P BandMF's columns of one client are
+  orthogonal, and its sensitivity is at most sqrt(k) for k turns (Choquette-Choo et
+  al. 2023, Thm. 2), at most round robin's (whose fresh order per pass can put two
+  turns closer than b)."""
+  sets = {"privacy.mechanism": "bandmf", "rounds": "40", "server.clients_per_round": "3",
+          "privacy.formula": "noise_multiplier", "privacy.noise_multiplier": "2.0"}
+  _, cyc = _plan(**sets, **{"server.selection": "cyclic"})
+  _, rr = _plan(**sets)
+  p = -(-10 // 3)
+  assert len(cyc.correlated.coefs) == p
+  for row in cyc.patterns:
+    turns = np.flatnonzero(row)
+    assert len(turns) == 10 and set(np.diff(turns)) == {p}
+  s_cyc = cn.pattern_sensitivity_sq(cn.gram(cyc.correlated), cyc.patterns)
+  s_rr = cn.pattern_sensitivity_sq(cn.gram(rr.correlated), rr.patterns)
+  assert s_cyc.max() <= 10 + 1e-9 and s_cyc.max() <= s_rr.max() + 1e-9
+  gram = cn.gram(cyc.correlated)
+  for row in cyc.patterns:  # orthogonal columns: the sum of the squared norms
+    turns = np.flatnonzero(row)
+    assert np.isclose(s_cyc[np.flatnonzero((cyc.patterns == row).all(1))[0]],
+                      np.diag(gram)[turns].sum())

@@ -907,19 +907,17 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
 # pattern is public. Random rules would need amplification by sampling for a matrix
 # mechanism (Choquette-Choo et al. 2023, Sec. 4: b-min-sep Poisson / balls-in-bins),
 # which is not implemented here: refused, never certified by a heuristic.
-CORRELATED_SELECTIONS = ("round_robin", "all")
+CORRELATED_SELECTIONS = tuple(n for n, r in selection_lib.RULES.items() if r.public_pattern)
 CORRELATED_FORMULAS = ("calibrated", "noise_multiplier")
 # The host builds the T x T Gram matrix of the strategy for the accountant.
 CORRELATED_MAX_ROUNDS = 4096
 
 
 def _pass_length(cfg) -> int:
-  """Rounds between a client's turns by design: round robin's pass ``ceil(U / K)``,
-  else 1 (every client every round)."""
-  if cfg.server.selection != "round_robin":
-    return 1
-  return selection_lib.rounds_per_pass(int(cfg.data.num_clients),
-                                       int(cfg.server.clients_per_round))
+  """Rounds between a client's turns by design (the rule's ``period``: round robin's
+  and cyclic's pass ``ceil(U / K)``, else 1, every client every round)."""
+  return int(selection_lib.get_rule(cfg.server.selection).period(
+      int(cfg.data.num_clients), int(cfg.server.clients_per_round), float(cfg.server.q)))
 
 
 def correlated_strategy(cfg) -> correlated.Strategy | None:
@@ -1193,7 +1191,7 @@ def _check_fu(cfg) -> None:
                       f"{FU_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
   if not selection_lib.get_rule(cfg.server.selection).deterministic:
     raise ConfigError(f"privacy.formula={formula!r} counts each client's T_l turns: "
-                      "server.selection must be deterministic ('round_robin'), got "
+                      "server.selection must be deterministic ('round_robin', 'cyclic'), got "
                       f"{cfg.server.selection!r}")
   if cfg.schedule.name != "constant":
     raise ConfigError(f"privacy.formula={formula!r} fixes one noise scale for the run: "
