@@ -33,6 +33,9 @@ SELECTION_NOTES = {
     "uniform": "K of U clients uniformly without replacement each round",
     "poisson": "each client independently with probability server.q",
     "round_robin": "passes over a seeded permutation, K clients per round",
+    "cyclic": "one seeded permutation repeated every pass, K clients per round",
+    "cyclic_poisson": "cyclic's groups of K; each client of round t's group with "
+                      "probability server.q (b-min-sep: amplifies BandMF)",
     "all": "every client every round",
     "wasserstein_topk": "the K clients with the highest A-DPFL scores (same set each round)",
     "wasserstein_sample": "K clients sampled in proportion to A-DPFL probabilities",

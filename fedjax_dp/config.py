@@ -124,13 +124,15 @@ def _client_fields() -> ConfigDict:
 def _server_fields() -> ConfigDict:
   """The ``server`` section: selection, aggregation, the clip rule and chunking."""
   s = ConfigDict()
-  # uniform (K of U) | poisson | round_robin | all | wasserstein_topk (A-DPFL: the K
+  # uniform (K of U) | poisson | round_robin | cyclic (one fixed order) |
+  # cyclic_poisson (cyclic's groups of K, each client of round t's group with rate q) | all |
+  # wasserstein_topk (A-DPFL: the K
   # clients closest to the global label distribution) | wasserstein_sample (K with
   # probability p_i); the A-DPFL rules assume public label histograms (selection.py)
   s.selection = "uniform"
   s.wasserstein_metric = "zero_one"  # A-DPFL ground metric on labels: zero_one | ordinal
   s.clients_per_round = 10  # K
-  s.q = 0.0                 # Poisson rate (selection=poisson)
+  s.q = 0.0                 # Poisson rate (selection=poisson, cyclic_poisson)
   # normalized (|D_i| / the cohort's total) | unnormalized (|D_i| / |D|, Wei eq. (2)) |
   # fixed (|D_i| / (q |D|) on the updates, DP-FedAvg; central noise with Poisson needs it)
   s.aggregation = "normalized"

@@ -20,7 +20,14 @@ import numpy as np
 
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, round_step
+from fedjax_dp.rounds import (
+    RoundArgs,
+    RoundConfig,
+    carried_params,
+    carries_state,
+    conv_impl_for,
+    round_step,
+)
 
 
 def available_memory_bytes(device: jax.Device | None = None) -> int:
@@ -74,6 +81,16 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
   return 4.0 * (2 * n * int(np.prod(model.input_shape)) + 6 * model.num_params())
 
 
+def carried_state_bytes(model: Model, cfg: RoundConfig) -> int:
+  """Device bytes of one lane's carried correlated-noise state (BandMF: ``b - 1`` model
+  copies; tree and i.i.d. noise: 0). A fixed cost of the round, not a per-client one."""
+  if not carries_state(cfg):
+    return 0
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  state = jax.eval_shape(lambda p: carried_params(cfg, p).noise, params)
+  return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
+
+
 def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
                             k_slots: int, memory_bytes: int | None = None, lanes: int = 1,
                             multiple_of: int = 1, fraction: float = 0.5,
@@ -103,6 +120,10 @@ def client_chunk_for_memory(model: Model, cfg: RoundConfig, data: FederatedData,
     A chunk size for ``RoundConfig.client_chunk``; 0 when all K fit at once.
   """
   memory_bytes = available_memory_bytes() if memory_bytes is None else memory_bytes
+  # A correlated mechanism's carried state (BandMF's b - 1 model copies, in and out of
+  # the round) is held by every lane whatever the chunk: it comes off the budget first.
+  fixed = 2 * max(lanes, 1) * max(cohorts, 1) * carried_state_bytes(model, cfg)
+  memory_bytes = max(int(memory_bytes - fixed / fraction), 1)
   shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), data)
   # The probe leaves out the noise, whose threefry code takes XLA (CPU) seconds to
   # compile; a client's noise is a model-sized draw, counted here instead.

@@ -228,14 +228,18 @@ def recorded_command(meta: Mapping[str, Any], smoke: bool = False) -> list[str]:
   return [sys.executable, *argv[1:], *(SMOKE_FLAGS[script] if smoke else [])]
 
 
+# Wall-clock columns: a re-run never reproduces them, so they are not compared.
+TIMING_COLUMNS = frozenset({"wall_s", "sweep_seconds", "setting_wall_s"})
+
+
 def max_abs_diff(new: pd.DataFrame, old: pd.DataFrame) -> dict[str, float]:
   """Largest absolute difference of every numeric column the two tables share, row by
   row over their common length (equal values, infinities and NaNs included, count as
-  0; NaN against a number as inf)."""
+  0; NaN against a number as inf), wall-clock columns (:data:`TIMING_COLUMNS`) left out."""
   n = min(len(new), len(old))
   out = {}
   for col in new.columns:
-    if col not in old.columns or not (pd.api.types.is_numeric_dtype(new[col])
+    if col in TIMING_COLUMNS or col not in old.columns or not (pd.api.types.is_numeric_dtype(new[col])
                                       and pd.api.types.is_numeric_dtype(old[col])):
       continue
     a = new[col].iloc[:n].to_numpy(np.float64)
@@ -331,6 +335,12 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
     raise RegenerateError(f"the command of {name} failed: {shlex.join(argv)}")
   written = sorted(f.name for f in (out / "results").glob("*.csv")
                    if before.get(f.name) != f.stat().st_mtime_ns)
+  if not written:
+    # The script wrote elsewhere (it does not read <PAPER>_RESULTS): comparing the
+    # seeded copies with themselves would report a false "identical".
+    raise RegenerateError(f"the command of {name} wrote no CSV under {out / 'results'}: "
+                          f"its script must read {paper.upper()}_RESULTS and "
+                          f"{paper.upper()}_RUNS")
   names = meta.get("outputs") or written
   return pd.DataFrame(compare_results(out / "results", results_dir, names))
 

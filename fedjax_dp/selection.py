@@ -18,6 +18,15 @@ poisson        each client with rate q             example level: ``"selection"`
 round_robin    a fresh permutation of the U        deterministic turns: the clients of the
                clients per pass of ceil(U/K)       round's cohort are charged in full, the
                rounds, K at a time                 others nothing (no amplification)
+cyclic         one permutation of the U clients,   as round_robin; a client's turns are
+               the same every pass, K at a time    exactly ceil(U/K) rounds apart
+cyclic_        cyclic's permutation split into     a client is eligible only every P-th
+poisson        P = ceil(U/K) groups of K; round t  round (its group's, known in advance);
+               takes each client of group t mod P  each eligible round is the poisson
+               independently with rate q           rule's event at rate q, the others
+                                                   nothing: ceil(T/P) events over T
+                                                   rounds; BandMF with b <= P bands is
+                                                   amplified likewise (bandmf.py)
 all            every client                        every client in full
 wasserstein_   the K clients with the highest A-DPFL  charged per client for the rounds it
 topk           score SC_i (smallest W_i); the same    was selected in (no amplification);
@@ -94,10 +103,11 @@ class SelectionRule(NamedTuple):
       amplification): the accountant is told who took part in each round.
     sampling: ``(level, U, K, q) -> dict`` the :class:`accounting.Event` sampling
       fields for a round of a randomly selected client (unused when
-      ``deterministic``).
-    max_participations: ``(U, K, q, T) -> int`` the most rounds one client can
-      take part in over T rounds (calibrates deterministic rules; random rules are
-      calibrated through their sampling event over T rounds).
+      ``deterministic``); ``q`` is the configured ``server.q`` (the plan's ``rate``).
+    max_participations: ``(U, K, q, T) -> int`` the most rounds one client can be
+      charged over T rounds: a deterministic rule's most turns, a random rule's
+      eligible rounds (T, or ``ceil(T / P)`` with :attr:`groups`); the plan
+      calibrates a constant schedule by that many of the rule's events.
     min_cohort: ``(U, K, q) -> int`` the smallest number of clients a round can
       select (0 where a round can be empty).
     weights: None, or ``(labels [N], client_indices, num_classes, server_cfg) ->
@@ -114,6 +124,25 @@ class SelectionRule(NamedTuple):
     check: ``(cfg) -> None`` refuses the rule's own fields out of range
       (``server.clients_per_round``, ``server.q``) with a ConfigError naming the
       field; :func:`check_config` calls it.
+    period: ``(U, K, q) -> int`` rounds between a client's turns by design (round
+      robin and cyclic: the pass ``ceil(U / K)``; 1 otherwise). A correlated
+      mechanism sizes its bands and tree restarts by it.
+    public_pattern: who takes part in round t is a function of (seed, t) alone, drawn
+      without reading data, so each client's participation pattern is public: what a
+      correlated mechanism's accounting (one Gaussian over the realised patterns)
+      needs. Random rules are excluded: their matrix mechanisms need amplification.
+    groups: None, or ``(U, K, q, seed) -> [U] int``: each client's class ``g_i`` in
+      ``[0, period)``, a function of the seed alone (drawn without data, so public):
+      client i can be selected only in the rounds ``t`` with ``t % period == g_i``.
+      A random rule with groups is charged only in those rounds (its sampling event
+      with ``participated`` = eligible, never the realised draw), and
+      ``max_participations`` counts them. None: every client is eligible every round.
+    min_sep_poisson: b-min-sep Poisson sampling (Choquette-Choo et al. 2023, Sec. 4):
+      ``groups`` is set, a client's eligible rounds are exactly ``period`` apart, and
+      in each of them it is selected independently of everything else with the
+      probability its ``sampling`` event states (Poisson, client level). A banded
+      matrix mechanism with ``b <= period`` bands is then amplified
+      (:mod:`fedjax_dp.privacy.correlated.bandmf`).
   """
 
   sample: Callable[..., np.ndarray]
@@ -127,6 +156,10 @@ class SelectionRule(NamedTuple):
   assumption: str | None = None
   relation: str | None = None
   check: Callable[[Any], None] = lambda cfg: None
+  period: Callable[[int, int, float], int] = lambda u, k, q: 1
+  public_pattern: bool = False
+  groups: Callable[[int, int, float, int], np.ndarray] | None = None
+  min_sep_poisson: bool = False
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -163,6 +196,44 @@ def _round_robin(u, k, q, seed, t, weights=None):
   p, r = divmod(int(t), per_pass)
   order = np.random.default_rng([seed, p, 1]).permutation(u)  # 1: not a round's stream
   return np.sort(order[r * k:(r + 1) * k])
+
+
+def _cyclic(u, k, q, seed, t, weights=None):
+  """One permutation of the U clients seeded by ``seed`` alone, walked K per round and
+  repeated every pass: a client's turns are exactly ``P = ceil(U / K)`` rounds apart,
+  the b-min-separated participation of Choquette-Choo et al. 2023 (Thm. 2) for
+  ``b <= P``. Round robin's fresh order per pass can put a client in the last round of
+  one pass and the first of the next."""
+  r = int(t) % rounds_per_pass(u, k)
+  return np.sort(_cyclic_order(u, seed)[r * k:(r + 1) * k])
+
+
+def _cyclic_order(u, seed):
+  """The one permutation of the U clients that cyclic and cyclic_poisson walk."""
+  return np.random.default_rng([seed, 0, 2]).permutation(u)  # 2: not round robin's
+
+
+def _cyclic_groups(u, k, q, seed):
+  """``[U]`` each client's group ``g_i``: its position in the fixed order, K per group
+  (``P = ceil(U / K)`` groups, the last one holding ``U - (P - 1) K``)."""
+  out = np.empty(u, np.int64)
+  out[_cyclic_order(u, seed)] = np.arange(u) // k
+  return out
+
+
+def _cyclic_poisson(u, k, q, seed, t, weights=None):
+  """Group ``t mod P`` of the fixed order (as :func:`_cyclic`), each of its clients
+  independently with rate q from the round's stream ``rng[seed, t]``: b-min-sep
+  Poisson sampling (Choquette-Choo et al. 2023, Sec. 4) with ``b = P``. A client's
+  eligible rounds are exactly P apart; whether it is drawn in one of them is
+  independent of every other draw and of the data."""
+  r = int(t) % rounds_per_pass(u, k)
+  group = _cyclic_order(u, seed)[r * k:(r + 1) * k]
+  ids = np.sort(group[np.random.default_rng([seed, t]).random(group.size) < q])
+  cap = poisson_cap(group.size, q)
+  if ids.size > cap:
+    raise RuntimeError(f"Poisson draw of {ids.size} clients exceeds the cap {cap}")
+  return ids
 
 
 def _all(u, k, q, seed, t, weights=None):
@@ -233,11 +304,12 @@ PUBLIC_HISTOGRAMS = (
 
 
 def _random_sampling(client_level: str):
-  """Example level: the selection bound (any law with marginal q); client level:
-  the rule's own subsampling analysis."""
+  """Example level: the selection bound (any law with marginal inclusion probability
+  in the round: K/U for K of U, else the rate q); client level: the rule's own
+  subsampling analysis. ``q`` is ``server.q``."""
   def sampling(level, u, k, q):
     if level == "example":
-      return {"sampling": "selection", "q": q}
+      return {"sampling": "selection", "q": k / u if client_level == "fixed_size" else q}
     if client_level == "poisson":
       return {"sampling": "poisson", "q": q}
     return {"sampling": "fixed_size", "population": u, "sample_size": k}
@@ -256,6 +328,12 @@ def _check_rate(cfg) -> None:
   """Poisson selection: a rate ``0 < q <= 1``."""
   if not 0.0 < float(cfg.server.q) <= 1.0:
     raise ConfigError(f"server.q must be in (0, 1] for Poisson selection, got {cfg.server.q}")
+
+
+def _check_cohort_and_rate(cfg) -> None:
+  """cyclic_poisson: groups of ``1 <= K <= U`` clients, each drawn with ``0 < q <= 1``."""
+  _check_cohort(cfg)
+  _check_rate(cfg)
 
 
 def _full(level, u, k, q):
@@ -278,11 +356,28 @@ RULES: dict[str, SelectionRule] = {
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
         min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
-        check=_check_cohort),
+        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
+        public_pattern=True),
+    "cyclic": SelectionRule(
+        sample=_cyclic, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+        deterministic=True, sampling=_full,
+        max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
+        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
+        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
+        public_pattern=True),
+    "cyclic_poisson": SelectionRule(
+        sample=_cyclic_poisson, slots=lambda u, k, q: poisson_cap(min(k, u), q),
+        q=lambda u, k, q: float(q) * min(k, u) / u,
+        deterministic=False, sampling=_random_sampling("poisson"),
+        max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
+        min_cohort=lambda u, k, q: 0, check=_check_cohort_and_rate,
+        period=lambda u, k, q: rounds_per_pass(u, k), groups=_cyclic_groups,
+        min_sep_poisson=True),
     "all": SelectionRule(
         sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
         deterministic=False, sampling=_full,
-        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: u),
+        max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: u,
+        public_pattern=True),
     "wasserstein_topk": SelectionRule(
         sample=_wasserstein_topk, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
@@ -346,10 +441,12 @@ def select_clients(selection: str, num_clients: int, clients_per_round: int, q: 
     selection: ``'uniform'`` (K of U without replacement; Wei "K-user random
       scheduling"), ``'poisson'`` (each client independently with rate q),
       ``'round_robin'`` (Fu et al.: K at a time through a fresh permutation of the
-      U clients per pass of ceil(U/K) rounds), ``'all'``.
+      U clients per pass of ceil(U/K) rounds), ``'cyclic'`` (one permutation, the
+      same every pass), ``'cyclic_poisson'`` (cyclic's group of round t, each of its
+      clients with rate q), ``'all'``, and the A-DPFL rules (:data:`RULES`).
     num_clients: U.
-    clients_per_round: K (uniform, round_robin).
-    q: Poisson rate.
+    clients_per_round: K (uniform, round_robin, cyclic; cyclic_poisson's group size).
+    q: Poisson rate (poisson; cyclic_poisson within the round's group).
     seed: run seed.
     t: round index.
     weights: ``[U]`` the rule's per-client side information

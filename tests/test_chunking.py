@@ -11,7 +11,7 @@ from _helpers import toy_federated
 
 from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import engine, experiment, memory
 from fedjax_dp.models import get_model
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "quickstart.py"
@@ -111,3 +111,23 @@ def test_bad_client_chunk_is_reported():
 def test_default_chunk_is_chosen_from_memory():
   """What `fedjax-dp run` does unless told: the chunk from memory (the benchmarked path)."""
   assert int(config_lib.base_config().server.client_chunk) == experiment.CLIENT_CHUNK_AUTO
+
+
+def test_chunk_from_memory_leaves_room_for_bandmf_state():
+  """BandMF carries b - 1 model copies per lane: the chunk sizer takes them off the
+  budget before sizing chunks, so the same memory gives smaller chunks."""
+  from fedjax_dp.privacy.correlated import bandmf
+  data = _toy(num_clients=40)
+  model = get_model("mlp_784_32_10_linear", (4, 4, 1), 3)
+  ccfg = client_lib.ClientConfig(1, 0, "update_l2", "central")
+  iid = engine.RoundConfig(ccfg, "fixed", expected_fraction=0.5)
+  band = engine.RoundConfig(ccfg, "fixed", expected_fraction=0.5,
+                            correlated=bandmf.strategy(64, 32))
+  copies = 31 * 4 * model.num_params()
+  assert memory.carried_state_bytes(model, band) == copies
+  assert memory.carried_state_bytes(model, iid) == 0
+  budget = 2 * (2 * copies) + 400_000   # at fraction 0.5: the state in and out, then 200 kB
+  chunk = lambda cfg: engine.client_chunk_for_memory(model, cfg, data, 40,
+                                                     memory_bytes=budget, cache_bytes=0)
+  b, i = chunk(band), chunk(iid)
+  assert 1 <= b < 40 and (i == 0 or b < i)

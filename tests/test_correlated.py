@@ -212,6 +212,10 @@ def test_single_participation_tree_is_charged_log2_t_plus_1():
 @pytest.mark.parametrize("sets,field", [
     ({"server.selection": "uniform"}, "server.selection"),
     ({"server.selection": "poisson", "server.q": "0.5"}, "server.selection"),
+    ({"server.selection": "cyclic_poisson", "server.q": "0"}, "server.q"),
+    ({"server.selection": "cyclic_poisson", "server.q": "1.5"}, "server.q"),
+    ({"server.selection": "cyclic_poisson", "server.q": "0.5",
+      "server.clients_per_round": "11"}, "server.clients_per_round"),
     ({"privacy.placement": "upload", "client.clip_mode": "param_l2"}, "privacy.placement"),
     ({"schedule.name": "crd"}, "schedule.name"),
     ({"privacy.formula": "wei_eq10"}, "privacy.formula"),
@@ -223,12 +227,14 @@ def test_bad_configs_are_refused_naming_the_field(sets, field):
       experiment.build(small_config({**CORR, "privacy.mechanism": mech, **sets}))
 
 
-def test_resume_with_the_carried_state_is_bit_exact(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("selection", ["round_robin", "cyclic_poisson"])
+def test_resume_with_the_carried_state_is_bit_exact(tmp_path, monkeypatch, capsys, selection):
+  corr = {**CORR, "server.selection": selection, "server.q": "0.5"}
   args = ["run", str(QUICKSTART), "--no-progress", "--set", "rounds=10",
           "--set", "checkpoint.every=3", "--set", "data.num_clients=6",
           "--set", "data.samples_per_client=30", "--set", "server.clients_per_round=2",
           "--set", "server.client_chunk=0", "--set", "privacy.mechanism=bandmf",
-          *[x for k, v in CORR.items() if k != "progress" for x in ("--set", f"{k}={v}")]]
+          *[x for k, v in corr.items() if k != "progress" for x in ("--set", f"{k}={v}")]]
   full, resumed = tmp_path / "full", tmp_path / "resumed"
   assert cli.main([*args, "--out", str(full)]) == 0
   record = experiment.RunLoop.record
@@ -253,3 +259,144 @@ def test_resume_with_the_carried_state_is_bit_exact(tmp_path, monkeypatch, capsy
   assert (full / "model.msgpack").read_bytes() == (resumed / "model.msgpack").read_bytes()
   sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, resumed))
   assert sa["epsilon_certified"] == sb["epsilon_certified"]
+
+
+def test_cyclic_selection_separates_turns_by_the_pass_and_bandmf_charges_k():
+  """server.selection=cyclic: one fixed order, so each client's turns are exactly
+  P = ceil(U / K) rounds apart; with bands b = P BandMF's columns of one client are
+  orthogonal, and its sensitivity is at most sqrt(k) for k turns (Choquette-Choo et
+  al. 2023, Thm. 2), at most round robin's (whose fresh order per pass can put two
+  turns closer than b)."""
+  sets = {"privacy.mechanism": "bandmf", "rounds": "40", "server.clients_per_round": "3",
+          "privacy.formula": "noise_multiplier", "privacy.noise_multiplier": "2.0"}
+  _, cyc = _plan(**sets, **{"server.selection": "cyclic"})
+  _, rr = _plan(**sets)
+  p = -(-10 // 3)
+  assert len(cyc.correlated.coefs) == p
+  for row in cyc.patterns:
+    turns = np.flatnonzero(row)
+    assert len(turns) == 10 and set(np.diff(turns)) == {p}
+  s_cyc = cn.pattern_sensitivity_sq(cn.gram(cyc.correlated), cyc.patterns)
+  s_rr = cn.pattern_sensitivity_sq(cn.gram(rr.correlated), rr.patterns)
+  assert s_cyc.max() <= 10 + 1e-9 and s_cyc.max() <= s_rr.max() + 1e-9
+  gram = cn.gram(cyc.correlated)
+  for row in cyc.patterns:  # orthogonal columns: the sum of the squared norms
+    turns = np.flatnonzero(row)
+    assert np.isclose(s_cyc[np.flatnonzero((cyc.patterns == row).all(1))[0]],
+                      np.diag(gram)[turns].sum())
+
+
+# Amplified BandMF: server.selection=cyclic_poisson (b-min-sep Poisson sampling,
+# Choquette-Choo et al. 2023, Sec. 4; the argument is bandmf.py's docstring).
+AMP = {"server.selection": "cyclic_poisson", "server.q": "0.5", "rounds": "42",
+       "server.clients_per_round": "3", "privacy.formula": "noise_multiplier",
+       "privacy.noise_multiplier": "2.0"}
+
+
+def test_cyclic_poisson_draws_each_client_only_in_its_groups_rounds_at_rate_q():
+  from fedjax_dp import selection
+  rule = selection.RULES["cyclic_poisson"]
+  u, k, q, seed, t_max = 10, 3, 0.3, 5, 2000
+  p = selection.rounds_per_pass(u, k)
+  assert (rule.deterministic, rule.public_pattern, rule.min_sep_poisson) == (False, False, True)
+  assert rule.period(u, k, q) == p == 4
+  assert rule.slots(u, k, q) == selection.poisson_cap(k, q)
+  groups = rule.groups(u, k, q, seed)
+  np.testing.assert_array_equal(np.bincount(groups), [3, 3, 3, 1])  # the last: U - (P-1) K
+  hits = np.zeros(u)
+  for t in range(t_max):
+    ids = rule.sample(u, k, q, seed, t)
+    assert np.all(groups[ids] == t % p)  # only the round's group
+    # ... which is cyclic's cohort of the same round (one fixed order).
+    assert set(ids) <= set(selection.RULES["cyclic"].sample(u, k, q, seed, t))
+    idx, mask = selection.select_clients("cyclic_poisson", u, k, q, seed, t)
+    assert idx.size == rule.slots(u, k, q) and sorted(idx[mask > 0]) == sorted(ids)
+    hits[ids] += 1
+  eligible = np.array([len(range(g, t_max, p)) for g in groups])
+  rate = hits / eligible  # each client's draws in its eligible rounds: about q
+  assert np.all(np.abs(rate - q) < 4 * np.sqrt(q * (1 - q) / eligible)), rate
+  assert abs(hits.sum() / eligible.sum() - q) < 0.02
+
+
+def _amplified_want(plan, counts, sigma):
+  """The composition of ``counts`` Poisson-subsampled Gaussians of rate q and multiplier
+  sigma / max column norm, written out independently of the plan."""
+  c = bandmf.matrix(plan.correlated)
+  m = np.max(np.linalg.norm(c, axis=0))
+  return accounting.epsilon([accounting.Event(
+      "gaussian", noise_multiplier=sigma / m, sampling="poisson", q=0.5,
+      relation="replace_one", level="client", count=counts)], plan.delta)
+
+
+def test_amplified_bandmf_is_charged_ceil_t_over_p_subsampled_gaussians():
+  _, plan = _plan(**{**AMP, "privacy.mechanism": "bandmf"})
+  p, t = 4, 42
+  assert plan.amplified and plan.period == p and len(plan.correlated.coefs) == p
+  c = bandmf.matrix(plan.correlated)
+  assert np.isclose(np.max(np.linalg.norm(c, axis=0)), 1.0)  # unit-norm band coefficients
+  assert np.isclose(plan.max_column_norm, 1.0)
+  acct = plan.accountant_init()
+  rng = np.random.default_rng(0)
+  for r in range(t):  # the realised draw is never read: any ids give the same epsilon
+    ids = rng.choice(10, 2, replace=False)
+    acct = plan.accountant_step(acct, np.zeros(10), 2.0 * float(plan.sensitivity[0]), ids)
+  eligible = np.array([len(range(g, t, p)) for g in plan.groups])  # 11 or 10
+  assert set(eligible) == {11, 10}
+  got = plan.certified_epsilons(acct)
+  for n in (10, 11):
+    np.testing.assert_allclose(got[eligible == n], _amplified_want(plan, n, 2.0), rtol=1e-9)
+  assert np.isclose(plan.certified_epsilon(acct), _amplified_want(plan, 11, 2.0), rtol=1e-9)
+  ev = plan.horizon_event(2.0, t)  # what calibration composes: ceil(T / P) rounds
+  assert int(ev.count) == 11 and np.isclose(accounting.epsilon([ev], plan.delta),
+                                            _amplified_want(plan, 11, 2.0), rtol=1e-9)
+  # Smaller than the unamplified BandMF of cyclic at the same sigma (one Gaussian, s^2 = k).
+  _, cyc = _plan(**{**AMP, "privacy.mechanism": "bandmf", "server.selection": "cyclic"})
+  unamp = accounting.epsilon([cyc.horizon_event(2.0, t)], cyc.delta)
+  assert 10 < cyc.correlated_sens_sq().max() <= 11 + 1e-9  # 11 turns, the last columns short
+  assert plan.certified_epsilon(acct) < unamp
+  assert plan.describe()["correlated"]["amplification"].startswith("b-min-sep Poisson")
+
+
+def test_cyclic_poisson_gaussian_is_charged_only_its_eligible_rounds():
+  _, plan = _plan(**{**AMP, "privacy.mechanism": "gaussian"})
+  acct = plan.accountant_init()
+  for _ in range(42):
+    acct = plan.accountant_step(acct, np.zeros(10), 2.0 * float(plan.sensitivity[0]))
+  eligible = np.array([len(range(g, 42, 4)) for g in plan.groups])
+  want = {n: accounting.epsilon([accounting.Event(
+      "gaussian", noise_multiplier=2.0, sampling="poisson", q=0.5, relation="replace_one",
+      level="client", count=n)], plan.delta) for n in (10, 11)}
+  np.testing.assert_allclose(plan.certified_epsilons(acct),
+                             [want[n] for n in eligible], rtol=1e-9)
+  assert np.isclose(accounting.epsilon([plan.horizon_event(2.0, 42)], plan.delta), want[11])
+  # The poisson rule at the same rate is charged every round: more.
+  _, poi = _plan(**{**AMP, "privacy.mechanism": "gaussian", "server.selection": "poisson"})
+  assert accounting.epsilon([poi.horizon_event(2.0, 42)], poi.delta) > want[11]
+
+
+@pytest.mark.parametrize("sets,field", [
+    ({"privacy.bands": "5"}, "privacy.bands"),  # P = 4: columns of one client overlap
+    ({"privacy.mechanism": "tree"}, "privacy.mechanism"),  # not banded
+    ({"server.aggregation": "normalized"}, "server.aggregation"),  # a cohort of one
+])
+def test_amplified_bandmf_refuses_what_the_theorem_does_not_cover(sets, field):
+  with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+    experiment.build(small_config({**CORR, **AMP, "privacy.mechanism": "bandmf", **sets}))
+  # b <= P is accepted (b = P by default, and fewer).
+  experiment.build(small_config({**CORR, **AMP, "privacy.mechanism": "bandmf",
+                                 "privacy.bands": "2"}))
+
+
+def test_amplified_bandmf_calibrates_to_the_target_and_runs():
+  sets = {**CORR, **AMP, "privacy.mechanism": "bandmf", "privacy.formula": "calibrated",
+          "privacy.epsilon": "2", "rounds": "12"}
+  cfg = small_config(sets)
+  plan = make_privacy_plan(cfg, np.full(10, int(cfg.data.samples_per_client)))
+  z = float(plan.noise_scale(12)[0] / plan.sensitivity[0])
+  assert np.isclose(_amplified_want(plan, 3, z), 2.0, rtol=1e-3)  # ceil(12 / 4) rounds
+  run = experiment.run(cfg)
+  assert len(run.rows) == 12
+  assert run.summary["epsilon_certified"] <= 2.0 * (1 + 1e-9)
+  assert np.isclose(run.summary["epsilon_certified"], 2.0, rtol=1e-3)
+  # Each round's cohort is a Poisson draw inside its group (sizes vary, some can be 0).
+  assert all(0 <= int(r["num_selected"]) <= 3 for r in run.rows)

@@ -166,3 +166,25 @@ def test_commit_is_dirty_for_code_changes_not_for_results(tmp_path):
 def test_command_is_recorded_relative_to_the_repository():
   argv = [str(ROOT / "experiments" / "fu2023" / "fig1_lr_epsilon.py"), "--note", "a b"]
   assert repro.command_line(argv) == "python experiments/fu2023/fig1_lr_epsilon.py --note 'a b'"
+
+
+def test_every_experiment_reads_the_results_and_runs_folders_regenerate_sets():
+  """regenerate points <PAPER>_RESULTS / <PAPER>_RUNS under its new folder; a script
+  that reads other names would overwrite the committed results and read cached runs."""
+  for script in sorted(EXPERIMENTS.glob("*/*.py")):
+    names = set(re.findall(r'environ\.get\("([A-Z0-9_]+_(?:RESULTS|RUNS))"', script.read_text()))
+    paper = script.parent.name.upper()
+    assert names <= {f"{paper}_RESULTS", f"{paper}_RUNS"}, (script, names)
+
+
+def test_regenerate_refuses_a_command_that_writes_nothing_under_out(tmp_path, monkeypatch):
+  monkeypatch.setattr(repro, "_run_in_process", lambda argv, env: None)
+  with pytest.raises(repro.RegenerateError, match="wrote no CSV"):
+    repro.regenerate(EXPERIMENTS / "fu2023" / "results" / "fig1_lr_epsilon", tmp_path / "new",
+                     in_process=True)
+
+
+def test_max_abs_diff_leaves_out_wall_clock_columns():
+  new = pd.DataFrame({"v": [1.0], "wall_s": [3.0], "sweep_seconds": [9.0]})
+  old = pd.DataFrame({"v": [1.0], "wall_s": [2.0], "sweep_seconds": [1.0]})
+  assert repro.max_abs_diff(new, old) == {"v": 0.0}

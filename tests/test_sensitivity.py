@@ -197,6 +197,7 @@ CENTRAL_CASES = [  # selection, aggregation, K, q
     ("round_robin", "normalized", 3, 0.0),   # U = 8: every third round selects 2
     ("uniform", "unnormalized", 3, 0.0),
     ("poisson", "fixed", 0, 0.3),
+    ("cyclic_poisson", "fixed", 3, 0.5),  # f = q K / U, the expected share of a group
 ]
 
 
@@ -232,6 +233,8 @@ def test_central_release_within_plan_sensitivity(selection_name, aggregation, k,
   params = MODEL.init(jax.random.PRNGKey(0))
   worst = 0.0
   for t, (idx, sel) in enumerate(cohorts):
+    if not np.any(sel > 0):  # an empty Poisson draw: no client to replace
+      continue
     args = engine.RoundArgs(
         idx=jnp.asarray(idx), sel_mask=jnp.asarray(sel), lr=jnp.asarray([lr], jnp.float32),
         clip=jnp.float32(clip), noise=jnp.zeros(slots, jnp.float32),

@@ -419,7 +419,12 @@ def _claimed_plan(cfg, setup, options: AuditOptions, base: _Plan) -> _Plan:
   if options.claimed_sensitivity is not None:
     certifier = dataclasses.replace(plan, sensitivity=np.full(u, options.claimed_sensitivity))
   if options.cohort is not None:  # a known cohort: no selection amplification
-    certifier = dataclasses.replace(certifier, selection="all", q=1.0)
+    # (nor eligibility groups; a correlated mechanism is then charged as every client
+    # in every round, its unamplified matrix accounting)
+    certifier = dataclasses.replace(
+        certifier, selection="all", q=1.0, rate=None, groups=None,
+        patterns=np.ones((u, plan.rounds), bool)
+        if plan.correlated is not None and plan.patterns is None else plan.patterns)
   per_client = plan.rule.deterministic or plan.poisson_steps
   k_cfg, q_cfg = int(cfg.server.clients_per_round), float(cfg.server.q)
 

@@ -10,7 +10,8 @@ this file. A combination is accepted when :func:`fedjax_dp.config.validate`,
 the combinations the plan cannot bound, which no run can configure.
 
 Some axis values need companion settings to be configurable at all (:data:`COMPANIONS`:
-Poisson selection needs a rate, Poisson minibatches an expected batch size,
+Poisson selection (poisson, cyclic_poisson) needs a rate, Poisson minibatches an
+expected batch size,
 ``private_median`` a count noise above the round's multiplier, the ``clients``
 validation a schedule that reads a score). They are set with the value, never to
 make a refused combination pass.
@@ -53,6 +54,7 @@ def axes() -> dict[str, tuple[str, ...]]:
 # (axis, value) -> settings that value needs to be configurable (module docstring).
 COMPANIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("server.selection", "poisson"): {"server.q": 0.5, "server.aggregation": "fixed"},
+    ("server.selection", "cyclic_poisson"): {"server.q": 0.5, "server.aggregation": "fixed"},
     ("client.minibatch", "poisson"): {"client.batch_size": 20},
     ("server.clip_rule", "private_median"): {"server.clip_count_std": 100.0},
     ("schedule.validation", "clients"): {"schedule.name": plan_lib.VALIDATING_SCHEDULES[0]},

@@ -305,12 +305,14 @@ class _PlanEvents:
     kw: dict[str, Any] = {"mechanism": self.mechanism, "noise_multiplier": z,
                           "relation": self.adjacency, "level": level}
     rule = self.rule
+    kw["participated"] = participated  # a random rule: all, or its eligible clients
     if rule.deterministic:
-      kw.update(sampling="round_robin", participated=participated)
+      kw.update(sampling="round_robin")
     elif self.q >= 1:
       kw.update(sampling="full")
     else:
-      kw.update(rule.sampling(level, self.num_clients, self.clients_per_round, self.q))
+      kw.update(rule.sampling(level, self.num_clients, self.clients_per_round,
+                              self.rule_rate))
     return accounting.Event(**kw)
 
   def validation_event(self, participated: Any = True) -> accounting.Event:
@@ -366,19 +368,21 @@ class _PlanEvents:
 
   def horizon_event(self, z: np.ndarray, rounds: int) -> accounting.Event:
     """The event of a constant schedule of ``rounds`` rounds at multiplier ``z``, for
-    the client charged most: a deterministic rule charges the most turns one client
-    can take (:attr:`SelectionRule.max_participations`). A correlated mechanism is one
-    Gaussian over the run for the client with the largest matrix sensitivity
-    (:meth:`correlated_event`)."""
+    the client charged most: the most rounds one client can be charged
+    (:attr:`SelectionRule.max_participations`: a deterministic rule's most turns, a
+    random rule with groups its eligible rounds ``ceil(T / P)``, every round for the
+    other random rules). A correlated mechanism is one Gaussian over the run for the
+    client with the largest matrix sensitivity (:meth:`correlated_event`), or, amplified
+    (:attr:`amplified`), ``ceil(T / P)`` subsampled Gaussians (:meth:`amplified_event`)."""
+    rule = self.rule
+    count = rule.max_participations(self.num_clients, self.clients_per_round, self.rule_rate,
+                                    rounds)
+    if self.amplified:
+      return self.amplified_event(np.asarray(z, np.float64)).replace(count=count)
     if self.correlated is not None:
       return self.correlated_event(np.asarray(z, np.float64)
                                    / np.sqrt(np.max(self.correlated_sens_sq(rounds))))
-    rule = self.rule
-    count = rounds
-    if rule.deterministic:
-      count = rule.max_participations(self.num_clients, self.clients_per_round, self.q,
-                                      rounds)
-    if self.poisson_steps:  # a random rule may select one client in every round
+    if self.poisson_steps:  # a random rule may select one client in every eligible round
       return self.event(z).replace(count=count * self.steps)
     return self.event(z).replace(count=count)
 
@@ -394,6 +398,34 @@ class _PlanEvents:
     return accounting.Event(mechanism="gaussian", noise_multiplier=z, sampling="full",
                             relation=self.adjacency, level="client")
 
+  @property
+  def amplified(self) -> bool:
+    """Whether a correlated mechanism is accounted by amplification: BandMF under a
+    b-min-sep Poisson rule (:attr:`SelectionRule.min_sep_poisson`; ``b <= P`` checked
+    by :func:`check_correlated`)."""
+    return self.correlated is not None and self.rule.min_sep_poisson
+
+  @property
+  def max_column_norm(self) -> float:
+    """``max_j ||C_{:, j}||`` of the correlated strategy (``sqrt max diag(C^T C)``; 1 for
+    BandMF's unit-norm band coefficients)."""
+    return float(np.sqrt(np.max(np.diag(correlated.gram(self.correlated)))))
+
+  def amplified_event(self, z: np.ndarray, participated: Any = True) -> accounting.Event:
+    """One eligible round of BandMF under b-min-sep Poisson sampling, for the noise
+    multiplier ``z = sigma`` (noise std / the per-round sensitivity Delta): the
+    Poisson-subsampled Gaussian of rate ``server.q`` and multiplier
+    ``sigma / max_j ||C_{:, j}||`` at client level, under the run's relation, charged
+    in the rounds the client is eligible for (``participated``). Why this bounds the
+    release: :mod:`fedjax_dp.privacy.correlated.bandmf` (Choquette-Choo et al. 2023,
+    Sec. 4)."""
+    kw = self.rule.sampling("client", self.num_clients, self.clients_per_round,
+                            self.rule_rate)
+    return accounting.Event(mechanism="gaussian",
+                            noise_multiplier=np.asarray(z, np.float64) / self.max_column_norm,
+                            relation=self.adjacency, level="client",
+                            participated=participated, **kw)
+
   def correlated_sens_sq(self, rounds: int | None = None) -> np.ndarray:
     """``[U]`` each client's ``s_i^2`` over the first ``rounds`` rounds of its realised
     participation (:attr:`patterns`; the Gram matrix of the whole horizon, an upper
@@ -401,8 +433,12 @@ class _PlanEvents:
     r = self.rounds if rounds is None else min(int(rounds), self.rounds)
     cache = self.__dict__.setdefault("_correlated_sens_sq", {})  # calibration asks often
     if r not in cache:
-      g = correlated.gram(self.correlated)[:r, :r]
-      cache[r] = correlated.pattern_sensitivity_sq(g, self.patterns[:, :r])
+      if self.amplified:  # eligible rounds x the largest column norm^2 (informational)
+        eligible = np.maximum(0, -(-(r - self.groups) // self.period))
+        cache[r] = eligible * self.max_column_norm ** 2
+      else:
+        g = correlated.gram(self.correlated)[:r, :r]
+        cache[r] = correlated.pattern_sensitivity_sq(g, self.patterns[:, :r])
       cache[r].setflags(write=False)
     return cache[r]
 
@@ -424,11 +460,16 @@ class _PlanAccountant:
     took part (no sampling amplification), so basic composition certifies it."""
     return self.mechanism == "laplace" and (self.rule.deterministic or self.q >= 1)
 
-  def participation(self, selected: np.ndarray | None) -> np.ndarray:
-    """``[U]`` bool: who may have released this round. ``selected`` are the ids of the
-    round's cohort; only deterministic rules read it (a random rule's realised draw
-    is part of its amplification and must not be passed to the accountant)."""
+  def participation(self, selected: np.ndarray | None, t: int = 0) -> np.ndarray:
+    """``[U]`` bool: who may have released in round ``t``. ``selected`` are the ids of
+    the round's cohort; only deterministic rules read it (a random rule's realised draw
+    is part of its amplification and must not be passed to the accountant). A random
+    rule with groups (:attr:`SelectionRule.groups`) charges the clients eligible in
+    round t, known in advance (:attr:`groups`), never the draw."""
     part = np.ones(self.num_clients, bool)
+    if self.groups is not None and self.rule.groups is not None \
+        and not (self.rule.deterministic or self.poisson_steps):
+      return self.groups == int(t) % self.period
     if self.rule.deterministic or self.poisson_steps:
       if selected is None:
         raise ValueError(f"server.selection={self.selection!r} is accounted per client: "
@@ -454,7 +495,7 @@ class _PlanAccountant:
     """
     if self.correlated is not None and self.placement != "none":
       return self._correlated_step(state, noise, central_noise, selected)
-    part = self.participation(selected)
+    part = self.participation(selected, state.rounds)
     z = self.multipliers(noise, central_noise)
     if self.placement == "none":
       z = np.full(self.num_clients, np.inf)
@@ -491,18 +532,24 @@ class _PlanAccountant:
     if t >= self.rounds:
       raise ValueError(f"privacy.mechanism={self.mechanism!r}: the strategy is built for "
                        f"rounds={self.rounds}; round {t} is past it")
-    part = self.participation(selected)
+    part = self.participation(selected, t)
     history = state.history.copy()
     history[:, t] = part
-    inc = correlated.prefix_increments(correlated.gram(self.correlated), history, t)
     z = self.multipliers(noise, central_noise)
     exposed = np.isinf(z) & part
+    if self.amplified:  # eligible rounds: subsampled Gaussians (amplified_event)
+      inc = part * self.max_column_norm ** 2
+      event = self.amplified_event(z, part)
+    else:
+      inc = correlated.prefix_increments(correlated.gram(self.correlated), history, t)
+      with np.errstate(divide="ignore", invalid="ignore"):
+        event = self.correlated_event(
+            np.where((inc > 0) & np.isfinite(z), z / np.sqrt(inc), np.inf))
     with np.errstate(divide="ignore", invalid="ignore"):
-      z_round = np.where((inc > 0) & np.isfinite(z), z / np.sqrt(inc), np.inf)
       inv = np.where(np.isfinite(z), inc / np.square(z), np.where(part, np.inf, 0.0))
     rdp = state.rdp
-    if not np.all(np.isinf(z_round)):
-      rdp = accounting.rdp_compose(rdp, self.correlated_event(z_round))
+    if not np.all(np.isinf(event.noise_multiplier) | ~event.participated):
+      rdp = accounting.rdp_compose(rdp, event)
     if np.any(exposed):
       rdp = rdp._replace(rdp=np.where(exposed[:, None], np.inf, rdp.rdp))
     return CorrelatedAccountantState(rdp, state.inv_var_sum + inv, t + 1,
@@ -603,8 +650,17 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
       for Poisson minibatches under a selection rule that allows it).
     correlated: ``privacy.mechanism`` tree or bandmf: the strategy ``C`` of the matrix
       mechanism (:mod:`fedjax_dp.privacy.correlated`); None for i.i.d. noise.
-    patterns: ``[U, T]`` bool, each client's realised participation (correlated only;
-      the accepted rules are deterministic functions of the seed, drawn without data).
+    patterns: ``[U, T]`` bool, each client's realised participation (correlated with a
+      public pattern only; those rules are deterministic functions of the seed, drawn
+      without data); None otherwise (an amplified mechanism never reads the draw).
+    rate: ``server.q``, the rate the rule's callables take (its ``sampling`` event
+      reads it: cyclic_poisson's in-group rate, whose marginal ``q`` is ``rate K / U``);
+      None: ``q``.
+    groups: ``[U]`` each client's class under a rule with groups
+      (:attr:`fedjax_dp.selection.SelectionRule.groups`): client i is eligible only in
+      the rounds ``t % period == groups[i]`` (a function of the seed alone); None:
+      every round.
+    period: the rule's period P (rounds between a client's eligible rounds).
   """
 
   mechanism: str
@@ -630,6 +686,14 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
   adjacency: str = "replace_one"
   correlated: correlated.Strategy | None = None
   patterns: np.ndarray | None = None
+  rate: float | None = None
+  groups: np.ndarray | None = None
+  period: int = 1
+
+  @property
+  def rule_rate(self) -> float:
+    """The rate the rule's callables take (``server.q``; :attr:`rate`)."""
+    return self.q if self.rate is None else float(self.rate)
 
   @property
   def target_epsilon(self) -> float:
@@ -718,7 +782,12 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
             "coefs": list(s.coefs) or None, "tree_restart": s.restart or None,
             "matrix_sensitivity_max": float(np.max(sens)),
             "matrix_sensitivity_min": float(np.min(sens)),
-            "amplification": "none: the realised (public) participation of each client"}
+            "amplification": (
+                f"b-min-sep Poisson (Choquette-Choo et al. 2023, Sec. 4): each eligible "
+                f"round (every {self.period}-th) a Poisson-subsampled Gaussian, rate "
+                f"{self.rule_rate}, multiplier sigma / {self.max_column_norm:.6g}"
+                if self.amplified else
+                "none: the realised (public) participation of each client")}
 
 
 POISSON_ASSUMPTION = {
@@ -880,6 +949,17 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
     _check_poisson(cfg)
     batch_q = np.minimum(1.0, float(cfg.client.batch_size) / np.maximum(counts, 1.0))
   strategy = correlated_strategy(cfg)
+  rule = selection_lib.get_rule(cfg.server.selection)
+  k_cfg, rate = int(cfg.server.clients_per_round), float(cfg.server.q)
+  period, groups = 1, None
+  if rule.groups is not None:
+    period = int(rule.period(u, k_cfg, rate))
+    groups = np.asarray(rule.groups(u, k_cfg, rate, int(cfg.seed)), np.int64)
+  if strategy is not None and rule.min_sep_poisson and (
+      not correlated.get(strategy.name).banded or len(strategy.coefs) > period):
+    raise ConfigError(f"privacy.mechanism={cfg.privacy.mechanism!r}: the strategy is not "
+                      f"banded with at most P={period} bands, which the amplification of "
+                      f"server.selection={cfg.server.selection!r} needs")  # check_correlated
   sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
       clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
       mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
@@ -897,29 +977,34 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
       minibatch=minibatch, batch_q=batch_q, clip_rule=clip_rule,
       validation=validation_mode(cfg), val_noise_multiplier=float(
           cfg.schedule.get("val_noise_multiplier", 1.0)), adjacency=run_adjacency(cfg),
-      correlated=strategy, patterns=None if strategy is None else _patterns(cfg, u))
+      correlated=strategy,
+      patterns=None if strategy is None or rule.min_sep_poisson else _patterns(cfg, u),
+      rate=float(cfg.server.q), groups=groups, period=period)
   check_validation(cfg, plan)
   return plan
 
 
-# The selection rules a correlated mechanism is accounted for: their participation is
-# a deterministic function of (seed, t), drawn without reading data, so each client's
-# pattern is public. Random rules would need amplification by sampling for a matrix
-# mechanism (Choquette-Choo et al. 2023, Sec. 4: b-min-sep Poisson / balls-in-bins),
-# which is not implemented here: refused, never certified by a heuristic.
-CORRELATED_SELECTIONS = ("round_robin", "all")
+# The selection rules a correlated mechanism is accounted for: those whose participation
+# is a deterministic function of (seed, t), drawn without reading data, so each
+# client's pattern is public (one Gaussian over the realised patterns), and the b-min-sep
+# Poisson rules, for a banded mechanism with b <= P (amplified, Choquette-Choo et al.
+# 2023, Sec. 4; :mod:`fedjax_dp.privacy.correlated.bandmf`). Other random rules (uniform,
+# poisson: a client may take part in consecutive rounds, so they are not b-min-sep)
+# would need an amplification analysis that is not implemented: refused, never
+# certified by a heuristic.
+CORRELATED_SELECTIONS = tuple(n for n, r in selection_lib.RULES.items()
+                              if r.public_pattern or r.min_sep_poisson)
+AMPLIFIED_SELECTIONS = tuple(n for n, r in selection_lib.RULES.items() if r.min_sep_poisson)
 CORRELATED_FORMULAS = ("calibrated", "noise_multiplier")
 # The host builds the T x T Gram matrix of the strategy for the accountant.
 CORRELATED_MAX_ROUNDS = 4096
 
 
 def _pass_length(cfg) -> int:
-  """Rounds between a client's turns by design: round robin's pass ``ceil(U / K)``,
-  else 1 (every client every round)."""
-  if cfg.server.selection != "round_robin":
-    return 1
-  return selection_lib.rounds_per_pass(int(cfg.data.num_clients),
-                                       int(cfg.server.clients_per_round))
+  """Rounds between a client's turns by design (the rule's ``period``: round robin's
+  and cyclic's pass ``ceil(U / K)``, else 1, every client every round)."""
+  return int(selection_lib.get_rule(cfg.server.selection).period(
+      int(cfg.data.num_clients), int(cfg.server.clients_per_round), float(cfg.server.q)))
 
 
 def correlated_strategy(cfg) -> correlated.Strategy | None:
@@ -972,10 +1057,14 @@ def check_correlated(cfg) -> None:
   if cfg.server.selection not in CORRELATED_SELECTIONS:
     raise ConfigError(
         f"privacy.mechanism={mech!r} with server.selection={cfg.server.selection!r}: a "
-        "random selection would be charged through amplification by sampling for the "
-        "matrix mechanism (Choquette-Choo et al. 2023, Sec. 4), which is not implemented; "
-        f"use server.selection in {CORRELATED_SELECTIONS} (participation known in advance) "
-        "or privacy.mechanism='gaussian' for amplified DP-FedAvg")
+        "random selection in which a client can take part in rounds fewer than b apart "
+        "is not b-min-sep sampling, and no amplification of the matrix mechanism under "
+        "it is implemented (Choquette-Choo et al. 2023, Sec. 4 covers b-min-sep only); "
+        f"use server.selection in {CORRELATED_SELECTIONS} (participation known in "
+        f"advance, or b-min-sep Poisson: {AMPLIFIED_SELECTIONS}) or "
+        "privacy.mechanism='gaussian' for amplified DP-FedAvg")
+  if selection_lib.get_rule(cfg.server.selection).min_sep_poisson:
+    _check_amplified(cfg)
   if cfg.schedule.name != "constant":
     raise ConfigError(f"privacy.mechanism={mech!r} adds one noise multiplier to the whole "
                       f"run: schedule.name must be 'constant', got {cfg.schedule.name!r}")
@@ -990,6 +1079,32 @@ def check_correlated(cfg) -> None:
     raise ConfigError(f"privacy.mechanism={mech!r}: rounds must be in [1, "
                       f"{CORRELATED_MAX_ROUNDS}] (the host holds the T x T Gram matrix of "
                       f"the strategy), got {cfg.rounds}")
+
+
+def _check_amplified(cfg) -> None:
+  """A b-min-sep Poisson rule: only a banded strategy with ``b <= P`` bands is amplified
+  (Choquette-Choo et al. 2023, Sec. 4; :mod:`fedjax_dp.privacy.correlated.bandmf`).
+
+  Raises:
+    ConfigError: a mechanism that is not banded (the tree), or ``b > P``.
+  """
+  mech = cfg.privacy.mechanism
+  sel = cfg.server.selection
+  if not correlated.get(mech).banded:
+    raise ConfigError(
+        f"privacy.mechanism={mech!r} with server.selection={sel!r}: the amplification "
+        "of b-min-sep sampling (Choquette-Choo et al. 2023, Sec. 4) needs a b-banded "
+        f"strategy C; {mech!r} is not banded (a node covers many rounds, so the columns of "
+        "rounds P apart share nodes). "
+        f"Use privacy.mechanism='bandmf', or a selection with a public pattern")
+  period = _pass_length(cfg)
+  bands = min(int(cfg.privacy.get("bands", 0)) or period, int(cfg.rounds))
+  if bands > period:
+    raise ConfigError(
+        f"privacy.bands={bands} > the period P={period} of server.selection={sel!r}: "
+        "a client's eligible rounds are P apart, so with more than P bands one client's "
+        "columns of C overlap and the b-min-sep amplification (Choquette-Choo et al. "
+        f"2023, Sec. 4) does not apply; use privacy.bands <= {period} (0: P)")
 
 
 VALIDATIONS = ("server", "clients")
@@ -1193,7 +1308,7 @@ def _check_fu(cfg) -> None:
                       f"{FU_FORMULAS[formula]!r} (got {cfg.privacy.mechanism!r})")
   if not selection_lib.get_rule(cfg.server.selection).deterministic:
     raise ConfigError(f"privacy.formula={formula!r} counts each client's T_l turns: "
-                      "server.selection must be deterministic ('round_robin'), got "
+                      "server.selection must be deterministic ('round_robin', 'cyclic'), got "
                       f"{cfg.server.selection!r}")
   if cfg.schedule.name != "constant":
     raise ConfigError(f"privacy.formula={formula!r} fixes one noise scale for the run: "

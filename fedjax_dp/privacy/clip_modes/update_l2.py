@@ -62,7 +62,7 @@ def central_sensitivity(clip: float, counts: np.ndarray, aggregation: str, rule_
   k = rule.min_cohort(u, clients_per_round, q)
   if k < 1:
     raise ValueError(
-        "privacy.placement='central' with server.selection='poisson' and "
+        f"privacy.placement='central' with server.selection={rule_name!r} and "
         "server.aggregation='normalized' has no useful sensitivity: the aggregate is "
         "divided by the realised cohort's total, so a small draw makes one client's "
         "weight up to 1 while the noise is sized for K clients. Use "

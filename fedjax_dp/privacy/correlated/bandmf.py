@@ -21,6 +21,51 @@ with ``w = C^{-1} Z``: ``C w = Z`` row t reads ``sum_{j<b} c_j w_{t-j} = Z_t``, 
 ``[w_{t-1}, ..., w_{t-b+1}]`` (b-1 model-sized vectors; zeros before round 0, the
 rows of ``C`` above the first b-1 having fewer terms). Nothing of size ``T x d``
 exists anywhere.
+
+Amplification by b-min-sep Poisson sampling (``server.selection='cyclic_poisson'``).
+Choquette-Choo et al. 2023, Sec. 4 ("b-min-sep sampling") prove that a b-banded
+lower-triangular ``C`` whose columns have norm at most 1, run on batches drawn by
+splitting the data into fixed groups and Poisson-sampling, in step t, from group
+``t mod b`` only, satisfies every guarantee of DP-SGD with the same noise multiplier,
+the same Poisson rate and ``ceil(T / b)`` steps. jax_privacy implements the same
+reduction for "BandMF with cyclic Poisson sampling" with ``cycle_length >= bands``
+(``DpsgdTrainingAccountant``: ``ceil(T / cycle_length)`` Poisson-subsampled
+Gaussians at the group's rate; it takes Poisson to mean add/remove or zero-out
+neighbours). The paper's text was not available to this project; its theorem number is
+not checked here. The argument, written out for our setting (P groups with P >= b,
+per-round sensitivity Delta, ``m = max_j ||C_{:, j}||``), is:
+
+Fix client i; its group g (a function of the seed alone, public) makes it eligible in
+the rounds ``j_k = g + k P`` only, and in each of them it is drawn by an independent
+Bernoulli(q) ``B_k``, independent of the data and of every other draw. Release
+``Y = C G + sigma Delta Z`` row by row. Row r is ``sum_{r-b < s <= r} c_{r-s} G_s +
+sigma Delta Z_r``. Client i enters ``G_s`` only at ``s = j_k`` and only if ``B_k = 1``,
+so its data enter row r only through column ``j_k`` with ``j_k <= r < j_k + b``:
+block k, the rows ``[j_k, j_k + b)``. Since ``P >= b`` the blocks are disjoint, and
+block k holds no column of another eligible round of i. Every other term of a row is
+either another client's update in a round where i is not drawn, or a function of the
+earlier rows (the models are post-processing of the rows released before). So given
+the rows before r, row r is ``f_r(rows < r) + B_k c_{r-j_k} u_k + sigma Delta Z_r``
+with ``f_r`` the same for neighbouring datasets and ``u_k`` i's contribution
+(``||u_k|| <= Delta``, or ``||u_k - u'_k|| <= Delta`` under replace-one). Subtracting
+``f_r`` row by row is a bijection of the block that does not depend on i's data,
+so block k, given the earlier blocks, is equivalent to
+``B_k C_{[j_k, j_k+b), j_k} u_k + sigma Delta Z_block``: with probability q a Gaussian
+of sensitivity ``||C_{:, j_k}|| Delta <= m Delta``, else nothing of i's. That is one
+Poisson-subsampled Gaussian of multiplier ``sigma / m`` (the same pair of mixtures
+as the ``poisson`` rule's round at client level, under the run's relation: add/remove
+the classic subsampled Gaussian, replace-one the revealed-membership bound of
+:mod:`fedjax_dp.privacy.accounting`, both valid for this pair). The blocks compose
+adaptively, one per eligible round up to the current one: at most ``ceil(T / P)``.
+The rows outside i's blocks do not depend on i's data. The noisy aggregates the
+server applies, ``C^{-1} Y``, are post-processing (lower-triangular: row t needs
+rows <= t only). With our normalisation ``||c|| = 1``, so ``m = 1`` (the last b - 1
+columns are truncated and shorter); the plan reads ``m`` from ``C^T C`` all the same.
+
+What it does not cover, hence refused (``plan.check_correlated``): ``b > P`` (one
+client's columns overlap, no block structure), the tree (not banded), selections in
+which a client may be drawn in rounds fewer than b apart (``uniform``, ``poisson``),
+and, as for every correlated mechanism, a noise multiplier that changes between rounds.
 """
 
 from __future__ import annotations
@@ -133,4 +178,4 @@ def sample(s: Strategy, key: jax.Array, t: jax.Array, state: PyTree, like: PyTre
 
 
 MECHANISM = CorrelatedNoise(name="bandmf", strategy=strategy, gram=gram, init=init,
-                            sample=sample)
+                            sample=sample, banded=True)

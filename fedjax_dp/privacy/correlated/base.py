@@ -27,10 +27,12 @@ with equality when ``C^T C >= 0`` entrywise on ``pi`` (all ``u`` equal). So the 
 is a Gaussian mechanism of noise multiplier ``sigma / s_pi`` with
 ``s_pi^2 = sum_{a, b in pi} |(C^T C)_{ab}|`` (:func:`pattern_sensitivity_sq`), run
 ONCE over the whole sequence (Choquette-Choo et al. 2023, Sec. 2 and Thm. 2;
-Kairouz et al. 2021 for the tree). The schedules accepted here (round robin, all
-clients) are a deterministic function of the seed, drawn without reading data, so
-each client's realised pattern is public and certifies its own epsilon
-(:func:`realised_patterns`).
+Kairouz et al. 2021 for the tree). The schedules accepted with this accounting (round
+robin, cyclic, all clients) are a deterministic function of the seed, drawn without
+reading data, so each client's realised pattern is public and certifies its own
+epsilon (:func:`realised_patterns`). A random b-min-sep Poisson selection
+(``cyclic_poisson``) is instead accounted by amplification, for a banded strategy
+only: :mod:`fedjax_dp.privacy.correlated.bandmf` has that argument.
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class CorrelatedNoise(NamedTuple):
       when nothing is carried).
     sample: ``(Strategy, key, t, state, like) -> (noise, state)``: round t's
       standard-unit noise ``(C^+ Z)_t`` shaped like ``like`` (device, traced ``t``).
+    banded: ``C`` is lower-triangular with at most b nonzero bands (``C_{ts} = 0``
+      unless ``0 <= t - s < b``, b = the strategy's band count): what the b-min-sep
+      amplification needs (:mod:`fedjax_dp.privacy.correlated.bandmf`).
   """
 
   name: str
@@ -81,6 +86,7 @@ class CorrelatedNoise(NamedTuple):
   gram: Callable[[Strategy], np.ndarray]
   init: Callable[[Strategy, PyTree], PyTree]
   sample: Callable[..., tuple[PyTree, PyTree]]
+  banded: bool = False
 
 
 def pattern_sensitivity_sq(gram: np.ndarray, pattern: np.ndarray) -> np.ndarray:
