@@ -26,7 +26,6 @@ LEGACY_META = {
     "experiments/adpfl2022/results/fig6_meta.json",
     "experiments/adpfl2022/results/table2_cnn_adpfl_mnist_k10_test2000_meta.json",
     "experiments/adpfl2022/results/table2_meta.json",
-    "experiments/fu2023/results/compare_mechanisms_meta.json",
     "experiments/fu2023/results/fig2_cnn_epsilon_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_snr_meta.json",
