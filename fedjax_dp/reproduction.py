@@ -185,7 +185,8 @@ def pyplot():
 # seconds-long version of its figure (argparse keeps the last value of a flag).
 SMOKE_FLAGS = {
     "experiments/adpfl2022/fig4_ablation.py": ["--seeds", "1", "--rounds", "2",
-                                               "--methods", "dpfl", "--test-samples", "200"],
+                                               "--methods", "dpfl", "--test-samples", "200",
+                                               "--model", "mlp_784_256_10", "--local-steps", "0"],
     "experiments/fu2023/fig1_lr_epsilon.py": ["--seeds", "1", "--rounds", "3"],
     "experiments/wei2021/fig7_initial_T.py": ["--seeds", "1", "--epsilons", "4", "--t0", "5"],
     "experiments/yuan2023/fig4_epsilon.py": ["--seeds", "1", "--m-grid", "2", "--samples", "100"],

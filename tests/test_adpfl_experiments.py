@@ -32,8 +32,11 @@ def test_methods_follow_the_spec():
   base = common.paper_config("mnist", "noniid")
   assert (base.data.num_clients, base.data.samples_per_client) == (1000, 60)
   assert base.data.skew_scheme == "adpfl_uniform" and base.data.skew_remainder == "all"
+  # Table 1's B, eta, C; 60 local steps and LeNet-5 from the eps = inf calibration.
   assert (base.client.batch_size, base.client.local_steps, base.client.lr,
-          base.client.clip) == (20, 3, 0.05, 4.0)
+          base.client.clip) == (20, 60, 0.05, 4.0)
+  assert base.model.name == "cnn_yuan"
+  assert common.paper_config("mnist", "noniid", local_steps=0).client.local_steps == 3
   iid = common.paper_config("mnist", "iid")
   assert iid.data.skew_scheme == "constant" and iid.data.skew == 0.0
   dpfl = common.method_config(base, "dpfl")

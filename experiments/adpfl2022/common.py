@@ -27,7 +27,6 @@ from fedjax_dp.papers.adpfl import (  # noqa: F401  (the scripts' names)
     K_DECAY,
     LABELS,
     METHODS,
-    MODEL,
     ROUNDS,
     SIGMA0,
     calibrate_multiplier,
@@ -38,6 +37,14 @@ from fedjax_dp.papers.adpfl import (  # noqa: F401  (the scripts' names)
     method_config,
     paper_sigma,
 )
+
+# The eps = inf calibration's pick (calibrate.py, results/baseline_calibration.csv):
+# LeNet-5 with 60 local steps reaches 0.954 after T = 50 (target 0.97, not met; the
+# controls are in REPRODUCTION.md). Every figure runs at it by default;
+# ``--model mlp_784_256_10 --local-steps 0`` is the pre-calibration setting (the MLP,
+# one local epoch of 3 steps).
+MODEL = "cnn_yuan"
+LOCAL_STEPS = 60
 
 RESULTS = Path(os.environ.get("ADPFL2022_RESULTS", Path(__file__).resolve().parent / "results"))
 RUNS = Path(os.environ.get("ADPFL2022_RUNS", ROOT / "runs" / "adpfl2022"))
@@ -53,14 +60,28 @@ CIFAR_MESSAGE = (
     "e.g. FEDJAX_DP_CIFAR10=... python experiments/adpfl2022/table2.py --dataset cifar10")
 
 
-def paper_config(dataset: str = "mnist", partition: str = "noniid", **kwargs):
+def paper_config(dataset: str = "mnist", partition: str = "noniid", *, model: str = MODEL,
+                 local_steps: int = LOCAL_STEPS, **kwargs):
   """:func:`fedjax_dp.papers.adpfl.paper_config` with this machine's data: MNIST from
   ``FEDJAX_DP_MNIST`` (default ../shared/datasets/mnist), CIFAR-10 from
-  ``FEDJAX_DP_CIFAR10`` (none: the CIFAR rows are skipped with :data:`CIFAR_MESSAGE`)."""
+  ``FEDJAX_DP_CIFAR10`` (none: the CIFAR rows are skipped with :data:`CIFAR_MESSAGE`),
+  at the calibrated ``model`` and ``local_steps`` (0: one local epoch, Table 1's
+  reading before the calibration)."""
   if dataset == "cifar10" and not CIFAR_DIR:
     raise SystemExit(CIFAR_MESSAGE)
   data_dir = MNIST_DIR if dataset == "mnist" else CIFAR_DIR
-  return adpfl.paper_config(dataset, partition, data_dir=data_dir, **kwargs)
+  cfg = adpfl.paper_config(dataset, partition, data_dir=data_dir, model=model, **kwargs)
+  if local_steps:
+    cfg.client.local_steps = int(local_steps)
+  return cfg
+
+
+def setting_tag(args) -> str:
+  """``""`` at the calibrated model and local steps, else ``_<model>_e<local steps>``:
+  runs off the calibrated setting keep their own files."""
+  if (args.model, args.local_steps) == (MODEL, LOCAL_STEPS):
+    return ""
+  return f"_{args.model}_e{args.local_steps}"
 
 
 def run_configs(cfgs: dict, name: str, *, keep: bool = True) -> pd.DataFrame:
@@ -97,6 +118,8 @@ def add_args(ap, seeds: int = 1):
   """The reduction flags every script shares."""
   ap.add_argument("--clients", type=int, default=CLIENTS_PER_ROUND, help="K per round")
   ap.add_argument("--model", default=MODEL)
+  ap.add_argument("--local-steps", type=int, default=LOCAL_STEPS,
+                  help="client.local_steps (0 = one local epoch)")
   ap.add_argument("--rounds", type=int, default=ROUNDS)
   ap.add_argument("--seeds", type=int, default=seeds)
   ap.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")

@@ -53,8 +53,10 @@ def main(argv=None):
   if (args.model, args.clients, args.partition) != (common.MODEL, common.CLIENTS_PER_ROUND,
                                                      "noniid"):
     tag = f"_{args.model}_k{args.clients}_{args.partition}"
+  tag += common.setting_tag(args) if args.model == common.MODEL else (
+      f"_e{args.local_steps}" if args.local_steps != common.LOCAL_STEPS else "")
   base = common.paper_config(args.dataset, args.partition, clients=args.clients,
-                             model=args.model, rounds=args.rounds)
+                             model=args.model, local_steps=args.local_steps, rounds=args.rounds)
   methods = args.methods.split(",")
   if "clfl" in methods and not common.has_clfl():
     methods.remove("clfl")
@@ -121,7 +123,7 @@ def main(argv=None):
   fig.tight_layout()
   fig.savefig(common.RESULTS / f"ablation{tag}.png", dpi=110)
   common.save_meta(f"fig4_ablation{tag}", start, clients=args.clients, model=args.model,
-                   methods=methods)
+                   local_steps=args.local_steps, methods=methods)
 
 
 if __name__ == "__main__":

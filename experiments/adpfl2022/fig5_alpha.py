@@ -44,6 +44,7 @@ def main(argv=None):
   start = time.time()
   base = common.apply_args(common.paper_config(args.dataset, args.partition,
                                                clients=args.clients, model=args.model,
+                                               local_steps=args.local_steps,
                                                rounds=args.rounds), args)
   cfgs = {}
   for alpha in (float(a) for a in args.alphas.split(",")):

@@ -42,10 +42,13 @@ def main(argv=None):
     name += f"_test{args.test_samples}"
   if args.rounds != common.ROUNDS:
     name += f"_r{args.rounds}"
+  name += common.setting_tag(args)
   cfgs = {}
   for part in parts:
     base = common.apply_args(common.paper_config(args.dataset, part, clients=args.clients,
-                                                 model=args.model, rounds=args.rounds), args)
+                                                 model=args.model,
+                                                 local_steps=args.local_steps,
+                                                 rounds=args.rounds), args)
     for seed in range(args.seeds):
       cfg = common.method_config(base, "adpfl")
       cfg.seed = seed
@@ -81,7 +84,7 @@ def main(argv=None):
                f"{args.seeds} seeds)", fontsize=9)
   fig.tight_layout()
   fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
-  common.save_meta(name, start, clients=args.clients, model=args.model,
+  common.save_meta(name, start, clients=args.clients, model=args.model, local_steps=args.local_steps,
                    test_samples=args.test_samples, client_chunk=args.client_chunk,
                    conv_impl=args.conv_impl)
 

@@ -16,7 +16,7 @@ python $F/fig4_cnn_T.py                      # Fig. 4 (reduced: N = 1,600, b = 1
 python $F/fig4_signal.py                     # Fig. 4: signal per round, one-image vs writer clients
 python $F/fig4_cnn_T.py --epsilons 51,118,195 --name fig4_cnn_T_snr \
   --note "noise set to the paper's per-round signal-to-noise at its eps = 10, 20, 30 (fig4_signal.py)"   # Fig. 4 at the paper's signal-to-noise
-python $F/fig2_cnn_epsilon.py --rounds 10 --eval-every 2 --epsilons 10,30,inf   # Fig. 2 (reduced)
+python $F/fig2_cnn_epsilon.py                # Fig. 2 (reduced federation, the paper's T = 250)
 python $F/fig6_cnn_E.py --total 24 --e-grid 1,4,12,24 --epsilons 10,30,inf      # Fig. 6 + Table IV (reduced)
 python $F/fig4_cnn_T.py --clients 160 --per-round 16 --samples 20 --size-sigma 0 --rounds 10,50,100 \
   --epsilons 74,179,300 --seeds 4 --name fig4_cnn_T_writers \
