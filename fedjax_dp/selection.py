@@ -340,6 +340,19 @@ def _full(level, u, k, q):
   return {"sampling": "full"}
 
 
+def _passes_rule(sample) -> SelectionRule:
+  """A rule walking passes of ``ceil(U / K)`` rounds, K clients at a time (round robin,
+  cyclic: they differ only in the order ``sample`` walks): deterministic turns, one per
+  pass, known in advance."""
+  return SelectionRule(
+      sample=sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+      deterministic=True, sampling=_full,
+      max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
+      min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
+      check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
+      public_pattern=True)
+
+
 RULES: dict[str, SelectionRule] = {
     "uniform": SelectionRule(
         sample=_uniform, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
@@ -351,20 +364,8 @@ RULES: dict[str, SelectionRule] = {
         deterministic=False, sampling=_random_sampling("poisson"),
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: 0,
         check=_check_rate),
-    "round_robin": SelectionRule(
-        sample=_round_robin, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
-        deterministic=True, sampling=_full,
-        max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
-        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
-        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
-        public_pattern=True),
-    "cyclic": SelectionRule(
-        sample=_cyclic, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
-        deterministic=True, sampling=_full,
-        max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
-        min_cohort=lambda u, k, q: u - (rounds_per_pass(u, k) - 1) * k,
-        check=_check_cohort, period=lambda u, k, q: rounds_per_pass(u, k),
-        public_pattern=True),
+    "round_robin": _passes_rule(_round_robin),
+    "cyclic": _passes_rule(_cyclic),
     "cyclic_poisson": SelectionRule(
         sample=_cyclic_poisson, slots=lambda u, k, q: poisson_cap(min(k, u), q),
         q=lambda u, k, q: float(q) * min(k, u) / u,
