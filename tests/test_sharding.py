@@ -55,7 +55,10 @@ def test_eight_devices_match_one(tmp_path):
   # The timeout catches a hang; it is generous because a loaded 2-core CI machine
   # takes minutes to compile the eight-device programs.
   flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
-  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
+  # The checkout first on the path: the subprocess runs this file from tests/, so the
+  # package must not depend on being installed (a stale editable install broke it).
+  path_env = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu", PYTHONPATH=path_env)
   proc = subprocess.run([sys.executable, __file__, str(path)], env=env, cwd=ROOT,
                         capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
