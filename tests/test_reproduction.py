@@ -25,7 +25,6 @@ LEGACY_META = {
     "experiments/adpfl2022/results/fig5_sigma_meta.json",
     "experiments/adpfl2022/results/fig6_meta.json",
     "experiments/adpfl2022/results/table2_cnn_adpfl_mnist_k10_test2000_meta.json",
-    "experiments/adpfl2022/results/table2_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_snr_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_writers_meta.json",
