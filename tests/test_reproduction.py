@@ -22,7 +22,6 @@ LEGACY_META = {
     "experiments/adpfl2022/results/fig4_ablation_meta.json",
     "experiments/adpfl2022/results/fig4_ablation_mlp_784_256_10_k100_noniid_meta.json",
     "experiments/adpfl2022/results/fig5_alpha_meta.json",
-    "experiments/adpfl2022/results/fig5_sigma_meta.json",
     "experiments/adpfl2022/results/fig6_meta.json",
     "experiments/adpfl2022/results/table2_cnn_adpfl_mnist_k10_test2000_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_meta.json",
