@@ -467,8 +467,7 @@ class _PlanAccountant:
     rule with groups (:attr:`SelectionRule.groups`) charges the clients eligible in
     round t, known in advance (:attr:`groups`), never the draw."""
     part = np.ones(self.num_clients, bool)
-    if self.groups is not None and self.rule.groups is not None \
-        and not (self.rule.deterministic or self.poisson_steps):
+    if self.groups is not None and not (self.rule.deterministic or self.poisson_steps):
       return self.groups == int(t) % self.period
     if self.rule.deterministic or self.poisson_steps:
       if selected is None:
@@ -955,11 +954,7 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   if rule.groups is not None:
     period = int(rule.period(u, k_cfg, rate))
     groups = np.asarray(rule.groups(u, k_cfg, rate, int(cfg.seed)), np.int64)
-  if strategy is not None and rule.min_sep_poisson and (
-      not correlated.get(strategy.name).banded or len(strategy.coefs) > period):
-    raise ConfigError(f"privacy.mechanism={cfg.privacy.mechanism!r}: the strategy is not "
-                      f"banded with at most P={period} bands, which the amplification of "
-                      f"server.selection={cfg.server.selection!r} needs")  # check_correlated
+  # correlated_strategy -> check_correlated already refused b > P and unbanded strategies.
   sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
       clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
       mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
