@@ -37,9 +37,9 @@ from workloads import (
   _synthetic,
 )
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 
 def setup(name: str):

@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from common import RESULTS, machine, print_table, time_fn
 
+from fedjax_dp.files.results import write_csv
 from fedjax_dp.models.zoo import get_model
 from fedjax_dp.privacy import clipping
-from fedjax_dp.results import write_csv
 
 MODELS = (("cnn_wei_cifar10", (32, 32, 3), 10), ("cnn_fu_femnist", (28, 28, 1), 62))
 

@@ -56,9 +56,9 @@ from workloads import (
   _synthetic,
 )
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model, layers, zoo
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 XLA_OPTIONS = {
     "ynn_off": {"xla_cpu_experimental_ynn_fusion_type": ""},

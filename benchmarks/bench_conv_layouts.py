@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 from workloads import _args, _synthetic
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 methods = (sys.argv[2].split(",") if len(sys.argv) > 2

@@ -28,7 +28,8 @@ from common import MNIST_DIR, ROOT
 from workloads import _args
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
+from fedjax_dp.training import engine
 
 
 def _variant(sets: list[str], rounds: int):

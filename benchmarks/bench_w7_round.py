@@ -6,7 +6,7 @@
 All variants are compiled first, then timed in turns (3 calls each per turn) in the
 same process, so a shared machine's load hits them alike; prints the median and
 the minimum per variant. ``--previous-one-step`` also times the round with another
-version of ``fedjax_dp/one_step.py`` (e.g. from an older checkout).
+version of ``fedjax_dp/training/one_step.py`` (e.g. from an older checkout).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from common import MNIST_DIR, ROOT
 from workloads import _args
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment, one_step, rounds
+from fedjax_dp import experiment
+from fedjax_dp.training import engine, one_step, rounds
 
 
 def main(argv=None):

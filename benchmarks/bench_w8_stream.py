@@ -46,10 +46,11 @@ import jax
 import numpy as np
 from common import RESULTS, ROOT, machine, peak_rss_mb
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import program, rounds, selection
 from fedjax_dp.data import streaming
 from fedjax_dp.models import get_model
+from fedjax_dp.privacy import selection
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import program, rounds
 
 SHAPE = (28, 28, 1)
 CLASSES = 10
@@ -193,7 +194,7 @@ def _load_avg() -> str:
 def write_rows(rows: list[dict]) -> None:
   """Replaces the W8 rows of results/all.csv (same layout: task, sorted fields,
   machine) and writes results/W8.csv."""
-  from fedjax_dp.results import write_csv
+  from fedjax_dp.files.results import write_csv
   path = RESULTS / "all.csv"
   old = list(csv.DictReader(path.open())) if path.exists() else []
   table = [r for r in old if not r["task"].startswith("W8/")] + rows

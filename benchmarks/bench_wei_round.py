@@ -25,9 +25,10 @@ import jax.numpy as jnp
 from common import MNIST_DIR, RESULTS, ROOT, machine, print_table, time_fn
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
+from fedjax_dp.files.results import write_csv
 from fedjax_dp.privacy import clipping
-from fedjax_dp.results import write_csv
+from fedjax_dp.training import engine
 
 
 def main():

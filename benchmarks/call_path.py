@@ -14,8 +14,8 @@ standard library are left out. The path is the host's, not the compiled program'
 It prints three numbers:
 
 * stays: maximal runs of consecutive calls in one room (a room entered, then
-  left); a room is a top-level module, or a subpackage (``privacy``, ``data``,
-  ``models``, ``schedules``) as a whole;
+  left); a room is a top-level module, or a subpackage (``host``, ``config``,
+  ``training``, ``privacy``, ``data``, ``models``, ``files``) as a whole;
 * rooms: distinct rooms entered;
 * climbs: transitions of the path from a module to one on a higher floor
   (:data:`FLOORS`, also in docs/architecture.md): the reader goes back up (a return
@@ -44,17 +44,13 @@ FLOORS = (
                      "fedjax_dp.papers", "fedjax_dp.audit", "fedjax_dp.attacks",
                      "fedjax_dp.reproduction", "fedjax_dp.calibration_sweep",
                      "fedjax_dp.catalog")),
-    ("host loop", ("fedjax_dp.building", "fedjax_dp.run_loop", "fedjax_dp.groups")),
-    ("config", ("fedjax_dp.config", "fedjax_dp.configs", "fedjax_dp.schema",
-                "fedjax_dp.noise_identity", "fedjax_dp.checkpoint")),
-    ("round", ("fedjax_dp.engine", "fedjax_dp.program", "fedjax_dp.rounds",
-               "fedjax_dp.evaluation", "fedjax_dp.memory", "fedjax_dp.keys")),
-    ("client", ("fedjax_dp.client", "fedjax_dp.one_step")),
-    ("privacy", ("fedjax_dp.privacy", "fedjax_dp.schedules", "fedjax_dp.selection",
-                 "fedjax_dp.theory")),
+    ("host", ("fedjax_dp.host",)),
+    ("config", ("fedjax_dp.config", "fedjax_dp.configs")),
+    ("training", ("fedjax_dp.training",)),
+    ("privacy", ("fedjax_dp.privacy", "fedjax_dp.theory")),
     ("models and data", ("fedjax_dp.models", "fedjax_dp.data")),
-    ("utils", ("fedjax_dp.results", "fedjax_dp.outputs", "fedjax_dp.sharding",
-               "fedjax_dp.errors", "fedjax_dp.plotting")),
+    ("utils", ("fedjax_dp.files", "fedjax_dp.sharding", "fedjax_dp.errors",
+               "fedjax_dp.plotting")),
 )
 
 

@@ -36,8 +36,8 @@ _SWEEP_GRID = ("--grid", "privacy.epsilon=2,8", "--grid", "seed=0,1")
 def _runs(out: Path):
   """Yields (label, argv, run_dirs) for every recorded job."""
   sys.path.insert(0, str(ROOT))
-  from fedjax_dp import configs  # pylint: disable=import-outside-toplevel
   from fedjax_dp import config as config_lib  # pylint: disable=import-outside-toplevel
+  from fedjax_dp import configs  # pylint: disable=import-outside-toplevel
   for name in configs.names():
     extra = []
     if config_lib.load_config(name).data.name == "mnist" and MNIST.is_dir():

@@ -40,9 +40,9 @@ import numpy as np
 from common import RESULTS, print_table, time_fn
 from workloads import W2_BATCH, W2_STEPS, W5, _args, _loop_round, _synthetic
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 # Full shapes (BENCHMARKS.md, "Workloads") and the --quick ones (same code paths).
 FULL = {"w1": (50, 800), "w2": (1000, 50, 50, W2_STEPS, W2_BATCH, 32), "w3": (1000, 10000),
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
 
 def _write(out: Path, device: str, rows) -> Path:
   """Writes ``<out>/gpu_<device>.csv`` (all rows so far) and returns its path."""
-  from fedjax_dp.results import write_csv  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.files.results import write_csv  # pylint: disable=import-outside-toplevel
   out.mkdir(parents=True, exist_ok=True)
   path = out / f"gpu_{device}.csv"
   write_csv(path, [dict(r, device=device) for r in rows], [*COLUMNS, "device"])

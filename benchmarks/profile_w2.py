@@ -39,9 +39,9 @@ import jax
 import numpy as np
 from workloads import W2_BATCH, W2_CLIENTS, W2_PER_CLIENT, W2_STEPS, _args, _synthetic
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model, layers, zoo
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 _COMP = re.compile(r"^(?:ENTRY )?%(\S+) \(.*\{$")
 _INSTR = re.compile(r"^\s+(?:ROOT )?%(\S+) = (.*?) ([a-z][a-z0-9-]*)\(")

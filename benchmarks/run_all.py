@@ -167,7 +167,7 @@ def _load_saved() -> dict[str, dict]:
   """The rows of ``results/all.csv`` by task, without the derived comparisons (rows of
   tasks this script does not run keep theirs: it cannot derive them)."""
   listed = {t for t, _ in TASKS}
-  from fedjax_dp.results import read_csv
+  from fedjax_dp.files.results import read_csv
 
   def number(v):
     try:
@@ -196,7 +196,7 @@ def _render_saved() -> int:
 
 def _write(table: list[dict]) -> None:
   RESULTS.mkdir(parents=True, exist_ok=True)
-  from fedjax_dp.results import write_csv
+  from fedjax_dp.files.results import write_csv
   fields = sorted({k for r in table for k in r} - {"task", "machine"})
   write_csv(RESULTS / "all.csv", [dict({"machine": machine()}, **r) for r in table],
             ["task", *fields, "machine"])

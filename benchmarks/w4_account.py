@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax
 import workloads
 
-from fedjax_dp import engine, experiment, sweep
+from fedjax_dp import experiment, sweep
+from fedjax_dp.training import engine
 
 SECONDS: dict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter = collections.Counter()

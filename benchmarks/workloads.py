@@ -38,11 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 from common import MNIST_DIR, ROOT, matmul_gflops, peak_rss_mb, time_fn, training_gflop
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 W2_CLIENTS, W2_PER_CLIENT, W2_COHORT, W2_STEPS, W2_BATCH = 1000, 50, 50, 5, 10
 W3_PER_CLIENT = 16
@@ -162,7 +163,7 @@ def _our_round_config(model, ccfg, data, cohort: int, method: str, extra: dict):
   """Our round config: ``'ours'`` picks the client chunk from memory (recorded in
   ``extra``), ``'ours_all_at_once'`` vmaps the whole cohort, ``'ours_unfused'`` is
   ``'ours'`` with one-step fusion off (every client's update formed and clipped
-  separately, :mod:`fedjax_dp.one_step`)."""
+  separately, :mod:`fedjax_dp.training.one_step`)."""
   rcfg = engine.RoundConfig(ccfg, fuse_one_step=method != "ours_unfused")
   if method in ("ours", "ours_unfused"):
     chunk = engine.client_chunk_for_memory(model, rcfg, data, cohort)

@@ -13,9 +13,9 @@ import importlib.util
 import os
 from collections.abc import Callable
 
-from fedjax_dp import client, selection
 from fedjax_dp.data import datasets, tabular
-from fedjax_dp.privacy import plan
+from fedjax_dp.privacy import plan, selection
+from fedjax_dp.training import client
 
 FORMULA_NOTES = {
     "calibrated": "the smallest noise whose certified epsilon meets (eps, delta) (default)",
@@ -109,9 +109,9 @@ def model_line(name: str) -> str:
 
 
 def _schedule_line(name: str) -> str:
-  from fedjax_dp import schedules
+  from fedjax_dp.privacy import schedules
 
-  module = importlib.import_module(f"fedjax_dp.schedules.{name}")
+  module = importlib.import_module(f"fedjax_dp.privacy.schedules.{name}")
   doc = (module.__doc__ or "").strip().splitlines()
   fields = ", ".join(f"{k}={v:g}" for k, v in schedules.config_fields(name).items())
   return f"{name}: {doc[0] if doc else ''}" + (f" [{fields}]" if fields else "")
@@ -119,8 +119,8 @@ def _schedule_line(name: str) -> str:
 
 def sections() -> list[tuple[str, list[str]]]:
   """``[(title, lines)]``: every section of ``fedjax-dp list``."""
-  from fedjax_dp import schedules
   from fedjax_dp.models import MODELS
+  from fedjax_dp.privacy import schedules
 
   def notes(keys, table: dict[str, str], extra: Callable[[str], str] = lambda k: ""):
     return [f"{k}: {table.get(k, '')}{extra(k)}" for k in keys]

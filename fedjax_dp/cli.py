@@ -12,7 +12,7 @@ Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoin
 run ``interrupted`` and exits with status 130.
 
 Every ``--out`` is checked before anything is loaded or compiled, and ``--overwrite``
-removes only the files fedjax-dp wrote (:mod:`fedjax_dp.outputs`).
+removes only the files fedjax-dp wrote (:mod:`fedjax_dp.files.outputs`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
-  from fedjax_dp import outputs
+  from fedjax_dp.files import outputs
 
   cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
   config_lib.validate(cfg)  # before the run directory is touched
@@ -62,7 +62,7 @@ def _cmd_run(args) -> int:
 def _cmd_sweep(args) -> int:
   import time
 
-  from fedjax_dp import outputs
+  from fedjax_dp.files import outputs
 
   outputs.check_dir(args.out)  # before the engine is even imported
   from fedjax_dp import config as config_lib
@@ -101,7 +101,8 @@ def _cmd_plot(args) -> int:
   # A directory gets plot.png inside; a name without an image suffix gets .png.
   from matplotlib.backend_bases import FigureCanvasBase
 
-  from fedjax_dp import outputs, plotting
+  from fedjax_dp import plotting
+  from fedjax_dp.files import outputs
   formats = sorted(set(FigureCanvasBase.get_supported_filetypes()) - {"png"})
   out = outputs.check_file(args.out, "plot.png", ["png", *formats])
   plot = plotting.plot_dirs(args.runs, title=args.title or "", fmt=out.suffix[1:].lower())
@@ -145,8 +146,8 @@ def _number(kind, field: str, raw: str):
 
 def _cmd_audit(args) -> int:
   from fedjax_dp import config as config_lib
-  from fedjax_dp import outputs, results
   from fedjax_dp.errors import UserError
+  from fedjax_dp.files import outputs, results
 
   out = None if args.out is None else outputs.check_file(args.out, "audit.json")
   try:

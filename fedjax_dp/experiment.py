@@ -6,9 +6,9 @@ get a :class:`RunResult` back (metrics rows load into ``pandas.DataFrame(rows)``
 group of them that shares a compiled round as one program.
 
 A run goes down the layers once (docs/architecture.md): this module checks the
-output directory, then :mod:`fedjax_dp.building` builds the run,
-:mod:`fedjax_dp.groups` drives the compiled round (:mod:`fedjax_dp.program`) and
-each run's host loop (:mod:`fedjax_dp.run_loop`). The names those modules own are
+output directory, then :mod:`fedjax_dp.host.building` builds the run,
+:mod:`fedjax_dp.host.groups` drives the compiled round (:mod:`fedjax_dp.training.program`) and
+each run's host loop (:mod:`fedjax_dp.host.run_loop`). The names those modules own are
 re-exported here for callers of ``experiment.build``, ``experiment.RunLoop`` and
 the like.
 """
@@ -22,10 +22,13 @@ from typing import Any
 
 import jax
 
-from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, optimal_t, schema, sharding
-from fedjax_dp.building import (
+from fedjax_dp import optimal_t, sharding
+from fedjax_dp.config import noise_identity, schema
+from fedjax_dp.data import load_dataset
+from fedjax_dp.files.results import METRIC_COLUMNS, RunDir, RunResult
+from fedjax_dp.host import checkpoint as ckpt_lib
+from fedjax_dp.host.building import (
   CLIENT_CHUNK_AUTO,
   Setup,
   build,
@@ -35,10 +38,8 @@ from fedjax_dp.building import (
   round_config,
   same_program,
 )
-from fedjax_dp.data import load_dataset
-from fedjax_dp.groups import cohort_key, interruptible, lane_layout, run_group
-from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
-from fedjax_dp.run_loop import RunLoop, count_std, noise_context, private_median_noise
+from fedjax_dp.host.groups import cohort_key, interruptible, lane_layout, run_group
+from fedjax_dp.host.run_loop import RunLoop, count_std, noise_context, private_median_noise
 
 __all__ = [
   "CLIENT_CHUNK_AUTO",
@@ -88,7 +89,7 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   and raises ``KeyboardInterrupt``.
 
   With ``overwrite``, only the files the project wrote in ``out_dir`` are removed
-  first (:mod:`fedjax_dp.outputs`).
+  first (:mod:`fedjax_dp.files.outputs`).
 
   Raises:
     config_lib.ConfigError: ``out_dir`` holds a run of another config (the message
@@ -100,7 +101,7 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   from tqdm.auto import tqdm
 
   config_lib.validate(cfg)  # cheap value checks before the directory is touched
-  optimal = optimal_t.is_optimal_t(cfg)
+  optimal = config_lib.is_optimal_t(cfg)
   # privacy.noise_seed='os': fresh entropy, or the one this directory recorded.
   cfg = noise_identity.resolve(
       cfg, None if overwrite else noise_identity.recorded_config(out_dir))

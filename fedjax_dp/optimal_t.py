@@ -21,7 +21,7 @@ the certified epsilon is that of the whole procedure: every candidate's model is
 written (``DIR/T=<T>/``) and the choice reads every candidate's final test loss,
 a function of its model, so the release is all candidates together. They draw
 independent noise (their configs differ in T, so their noise streams do,
-:mod:`fedjax_dp.noise_identity`) on the same data, and their RDP curves add
+:mod:`fedjax_dp.config.noise_identity`) on the same data, and their RDP curves add
 (adaptive composition; each candidate's curve is that of its worst client, so the
 sum bounds every client's): ``summary.json``'s ``epsilon_certified``, the CLI's
 line and the ``epsilon_certified`` column of ``DIR/metrics.csv`` hold that
@@ -46,17 +46,17 @@ from typing import Any
 import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import outputs, results, schema, sharding
+from fedjax_dp import sharding
+from fedjax_dp.config import schema
+from fedjax_dp.files import outputs, results
 from fedjax_dp.privacy import accounting
 
-NAME = "optimal_t"
+NAME = config_lib.OPTIMAL_T
 TABLE_COLUMNS = ("rounds", "final_test_loss", "final_test_accuracy", "epsilon_claimed",
                  "epsilon_certified", "status")
 
 
-def is_optimal_t(cfg) -> bool:
-  """Whether ``cfg`` asks for the T search."""
-  return cfg.schedule.name == NAME
+is_optimal_t = config_lib.is_optimal_t  # (the config knows its special schedule name)
 
 
 def t_grid(cfg) -> list[int]:
@@ -86,7 +86,7 @@ def candidate_dir(out_dir: str | Path | None, rounds: int) -> Path | None:
 
 def claim_candidate(out_dir: str | Path | None, rounds: int) -> Path | None:
   """:func:`candidate_dir`, claimed as the ``optimal_t`` directory's own (listed in
-  its manifest, :func:`fedjax_dp.outputs.claim`) by the process that writes."""
+  its manifest, :func:`fedjax_dp.files.outputs.claim`) by the process that writes."""
   path = candidate_dir(out_dir, rounds)
   if path is not None and sharding.is_primary():
     outputs.claim(path, "candidate", parent=out_dir)

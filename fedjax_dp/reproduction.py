@@ -110,7 +110,7 @@ def package_versions() -> dict[str, str | None]:
 
 def config_digest(cfg) -> str:
   """SHA-256 of one resolved config (a ConfigDict or a mapping), keys sorted."""
-  from fedjax_dp import results
+  from fedjax_dp.files import results
   raw = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
   text = json.dumps(results._jsonable(raw), sort_keys=True, default=str)
   return hashlib.sha256(text.encode()).hexdigest()

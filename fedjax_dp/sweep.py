@@ -13,7 +13,7 @@ Every point of the grid is a full run (its own schedule, client selection and
 accountant in the host loop). Points whose configs share every array shape and
 static setting (:func:`fedjax_dp.experiment.group_key`) form a group that runs as
 ONE vmapped, jitted round per round index: a leading sweep axis over the round's
-params and :class:`fedjax_dp.engine.RoundArgs`, with the client data shared (points
+params and :class:`fedjax_dp.training.engine.RoundArgs`, with the client data shared (points
 with different partitions, e.g. seeds, index a stacked copy per partition). Seeds,
 epsilon, learning rates, clip norms, schedule parameters and T are all traced or
 host-side, so they never split a group or recompile; points of different T run to
@@ -36,7 +36,7 @@ round's wall-clock seconds). ``sweep.csv`` always has a ``seed`` column (the
 point's seed, a grid axis or not) and ``privacy_unit`` (the unit of privacy and the
 neighbouring relation its epsilon is certified for).
 
-The directory and every point's are project directories (:mod:`fedjax_dp.outputs`),
+The directory and every point's are project directories (:mod:`fedjax_dp.files.outputs`),
 claimed before any compute: a sweep of another grid, base config or ``--set`` into
 the same ``DIR`` is refused naming what differs (``overwrite`` replaces it, removing
 only what the project wrote), and so is a ``DIR`` that is a run directory or a
@@ -56,8 +56,11 @@ from typing import Any, NamedTuple
 
 import jax
 
-from fedjax_dp import checkpoint, experiment, noise_identity, optimal_t, outputs, results, sharding
 from fedjax_dp import config as config_lib
+from fedjax_dp import experiment, optimal_t, sharding
+from fedjax_dp.config import noise_identity
+from fedjax_dp.files import outputs, results
+from fedjax_dp.host import checkpoint
 
 SWEEP_COLUMNS = experiment.METRIC_COLUMNS
 
@@ -175,7 +178,7 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
                                      for lab, k in zip(labels, keys))
     point_cfg.name = f"{base.name}/{name}"
     point_cfg.progress = False  # the sweep has one bar over all points
-    # Each point's noise follows from its own config (fedjax_dp.noise_identity): points
+    # Each point's noise follows from its own config (fedjax_dp.config.noise_identity): points
     # differ in their grid values, so they draw independent noise unless they opt in
     # to privacy.common_random_numbers, and a point re-run alone draws the same.
     config_lib.validate(point_cfg)
@@ -226,7 +229,7 @@ def _finished(cfg, point_dir: Path) -> bool:
   if json.loads((point_dir / "summary.json").read_text()).get("status") == "interrupted":
     return False  # stopped by SIGINT: resumes from its checkpoint
   have = json.loads((point_dir / "config.json").read_text())
-  if checkpoint.config_diff(have, cfg.to_dict()):  # (older schemas: fedjax_dp.schema)
+  if checkpoint.config_diff(have, cfg.to_dict()):  # (older schemas: fedjax_dp.config.schema)
     raise config_lib.ConfigError(f"{point_dir} holds a finished run of a different config; "
                                  "use a new --out directory (or delete it) to run this sweep")
   return True
@@ -307,7 +310,7 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
 def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
                 overwrite: bool) -> None:
   """Claims the sweep directory and every point's (and ``optimal_t`` candidate's)
-  before any compute (:func:`fedjax_dp.outputs.claim`)."""
+  before any compute (:func:`fedjax_dp.files.outputs.claim`)."""
   outputs.claim(out, "sweep", overwrite=overwrite,
                 check=lambda path: check_same_sweep(path, cfg, sets, points))
   for p in points:

@@ -16,15 +16,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
 from fedjax_dp.config import ConfigError
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import plan as plan_lib
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 MODEL = get_model("linear_svm", (2,), 2)
 N = 6          # examples per client in the sensitivity search

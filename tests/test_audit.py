@@ -269,8 +269,8 @@ def test_certificate_is_the_runs_own(sets):
 
 
 def test_every_accepted_mechanism_is_enumerated_from_the_registries(monkeypatch):
-  from fedjax_dp import selection
   from fedjax_dp.audit import mechanisms, table
+  from fedjax_dp.privacy import selection
   base = small_config(FAST, **{"server.clients_per_round": 5})
   found = list(mechanisms.enumerate_mechanisms(base))
   chosen = mechanisms.covering(found, table.CORE)
@@ -285,7 +285,7 @@ def test_every_accepted_mechanism_is_enumerated_from_the_registries(monkeypatch)
   assert core == {tuple(m[a] for a in table.CORE) for m in chosen}
   # A new rule in the registry is enumerated without editing the audit.
   monkeypatch.setitem(selection.RULES, "uniform_copy", selection.RULES["uniform"])
-  monkeypatch.setattr("fedjax_dp.engine.SELECTIONS", tuple(selection.RULES))
+  monkeypatch.setattr("fedjax_dp.training.engine.SELECTIONS", tuple(selection.RULES))
   assert any(m["server.selection"] == "uniform_copy"
              for m in mechanisms.enumerate_mechanisms(base))
 

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedjax_dp import checkpoint, cli, experiment, sweep
+from fedjax_dp import cli, experiment, sweep
 from fedjax_dp import config as config_lib
+from fedjax_dp.host import checkpoint
 from fedjax_dp.privacy.plan import AccountantState
-from fedjax_dp.schedules import NoiseContext, get_schedule
+from fedjax_dp.privacy.schedules import NoiseContext, get_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"

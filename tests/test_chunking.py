@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment, memory
+from fedjax_dp import experiment
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine, memory
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "quickstart.py"
 

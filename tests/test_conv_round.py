@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
 from fedjax_dp.models.zoo import with_conv_impl
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 SHAPE, CLASSES = (6, 6, 1), 3
 

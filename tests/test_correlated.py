@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from _helpers import QUICKSTART, small_config, toy_federated
 
-from fedjax_dp import cli, engine, experiment
-from fedjax_dp import client as client_lib
+from fedjax_dp import cli, experiment
 from fedjax_dp.config import ConfigError
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
@@ -21,6 +20,8 @@ from fedjax_dp.privacy import correlated as cn
 from fedjax_dp.privacy.correlated import bandmf, tree
 from fedjax_dp.privacy.correlated.base import normal_like
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 mf = pytest.importorskip("jax_privacy.matrix_factorization")
 
@@ -294,7 +295,7 @@ AMP = {"server.selection": "cyclic_poisson", "server.q": "0.5", "rounds": "42",
 
 
 def test_cyclic_poisson_draws_each_client_only_in_its_groups_rounds_at_rate_q():
-  from fedjax_dp import selection
+  from fedjax_dp.privacy import selection
   rule = selection.RULES["cyclic_poisson"]
   u, k, q, seed, t_max = 10, 3, 0.3, 5, 2000
   p = selection.rounds_per_pass(u, k)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 
 def _toy(num_clients=6, n=20, shape=(4, 4, 1), classes=3, seed=0):

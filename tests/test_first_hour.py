@@ -33,10 +33,13 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from fedjax_dp import cli, experiment, groups, memory, program, results
+from fedjax_dp import cli, experiment
 from fedjax_dp import config as config_lib
 from fedjax_dp.data import datasets as datasets_lib
 from fedjax_dp.data import tabular
+from fedjax_dp.files import results
+from fedjax_dp.host import groups
+from fedjax_dp.training import memory, program
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "experiments" / "configs" / "quickstart.py")

@@ -18,12 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import formulas, mechanisms
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import client as client_lib
 
 REG = get_model("linear_regression", (3,), 1)
 FU = {"data.num_clients": 10, "server.clients_per_round": 5, "server.selection": "round_robin",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fedjax_dp.results import read_csv
+from fedjax_dp.files.results import read_csv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

@@ -1,4 +1,4 @@
-"""Separate releases never share noise unless asked (fedjax_dp.noise_identity).
+"""Separate releases never share noise unless asked (fedjax_dp.config.noise_identity).
 
 Each test compares round-1 models: with shared noise n, ``w_a = m + s_a n`` and
 ``w_b = m + s_b n`` give away the noiseless model ``m``.
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from _helpers import QUICKSTART, small_config
 
-from fedjax_dp import cli, experiment, noise_identity, optimal_t, sweep
+from fedjax_dp import cli, experiment, optimal_t, sweep
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import noise_identity
 from fedjax_dp.privacy import accounting
 
 

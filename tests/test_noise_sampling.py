@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from _helpers import assert_rows_close, small_config, toy_federated
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 SHAPE, CLASSES = (8, 8, 1), 3
 IDX, MASK = [4, 1, 2, 2, 0], [1, 1, 1, 0, 1]   # slot 3 is padding (masked out)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedjax_dp import client as client_lib
 from fedjax_dp.data import tabular
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import clipping
+from fedjax_dp.training import client as client_lib
 
 F32_MAX = float(np.finfo(np.float32).max)
 EXTREME = st.one_of(
@@ -126,7 +126,7 @@ def test_tabular_loader_refuses_non_finite(tmp_path):
 def test_fused_one_step_finite_with_a_record_of_3e38(model_name, clip_mode):
   """The fused one-step round (engine default for one full-batch step) reads the
   same clipping: two clients, one holding a record of 3e38, give a finite sum."""
-  from fedjax_dp import one_step
+  from fedjax_dp.training import one_step
   model = get_model(model_name, (8,), 3)
   params = model.init(jax.random.PRNGKey(0))
   x, y = _data(model, 3e38, n=6)

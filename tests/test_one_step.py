@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine, one_step
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine, one_step
 
 SHAPE, CLASSES = (4, 4, 1), 3
 

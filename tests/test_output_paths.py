@@ -1,5 +1,5 @@
 """Output paths: checked before any compute, and --overwrite removes only what the
-project wrote (fedjax_dp/outputs.py).
+project wrote (fedjax_dp/files/outputs.py).
 
 PATH_CASES is a table of invocations run in-process through ``cli.main``: each has
 an optional setup building a tree under a scratch directory, the argv, the exit
@@ -20,8 +20,9 @@ from typing import NamedTuple
 import pandas as pd
 import pytest
 
-from fedjax_dp import cli, outputs, results
+from fedjax_dp import cli
 from fedjax_dp import config as config_lib
+from fedjax_dp.files import outputs, results
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"

@@ -11,8 +11,9 @@ from _helpers import QUICKSTART, ROOT
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_datasets_papers import write_loans
 
-from fedjax_dp import catalog, cli, client, plotting, selection
-from fedjax_dp.privacy import plan, reporting
+from fedjax_dp import catalog, cli, plotting
+from fedjax_dp.privacy import plan, reporting, selection
+from fedjax_dp.training import client
 
 FU_LR = ROOT / "experiments" / "configs" / "fu_lr_laplace.py"
 TINY = [a for k, v in {"data.num_clients": 4, "server.clients_per_round": 4,

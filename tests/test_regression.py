@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from test_datasets_papers import write_loans
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
 from fedjax_dp.data import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import clipping
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 
 def test_linear_regression_model_and_evaluate():

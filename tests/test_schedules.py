@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules import (
+from fedjax_dp.privacy.schedules import (
   SCHEDULES,
   NoiseContext,
   config_fields,

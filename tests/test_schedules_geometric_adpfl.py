@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_dp import config as config_lib
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules import (
+from fedjax_dp.privacy.schedules import (
   SCHEDULES,
   NoiseContext,
   adpfl,

@@ -1,4 +1,4 @@
-"""Config schemas that evolve (fedjax_dp.schema): a run directory written before a
+"""Config schemas that evolve (fedjax_dp.config.schema): a run directory written before a
 release added a defaulted field resumes under that release, bit for bit."""
 
 import json
@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from test_checkpoint import QUICKSTART, SMALL, _same_run
 
-from fedjax_dp import checkpoint, cli, experiment, noise_identity, schema
+from fedjax_dp import cli, experiment
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import noise_identity, schema
+from fedjax_dp.host import checkpoint
 
 # The schema this release writes, and the one a next release would.
 NOW = schema.SCHEMA_VERSION

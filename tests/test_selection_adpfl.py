@@ -9,10 +9,11 @@ import pytest
 from _helpers import small_config
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment, selection
+from fedjax_dp import experiment
 from fedjax_dp.data import heterogeneity
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, selection
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import engine
 
 
 def _partition(u=8, classes=4, n=30, seed=0):

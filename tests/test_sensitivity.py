@@ -20,16 +20,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment, selection
+from fedjax_dp import experiment
 from fedjax_dp.audit import mechanisms as audit_mechanisms
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
-from fedjax_dp.privacy import clip_modes
+from fedjax_dp.privacy import clip_modes, selection
 from fedjax_dp.privacy.clip_modes import base as clip_base
 from fedjax_dp.privacy.clip_modes import update_l2
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 N = 6          # examples per client
 TRIALS = 96    # neighbouring pairs per configuration (half random, half adversarial)

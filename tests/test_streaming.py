@@ -13,9 +13,10 @@ import pytest
 from _helpers import small_config, toy_federated
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, groups, sweep
+from fedjax_dp import experiment, sweep
 from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import FederatedData
+from fedjax_dp.host import groups
 
 SMALL = {"rounds": "4", "data.num_clients": "12", "data.samples_per_client": "20",
          "server.clients_per_round": "5", "eval.every": "2", "data.test_samples": "200"}
@@ -220,7 +221,7 @@ def test_a_failing_prefetch_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_host_and_device_runs_never_share_a_group(tmp_path):
-  from fedjax_dp import building
+  from fedjax_dp.host import building
   a = building.build(small_config(SMALL))
   b = building.build(small_config(SMALL, **{"data.placement": "host"}))
   assert isinstance(b.data.x, np.ndarray) and not isinstance(a.data.x, np.ndarray)

@@ -12,10 +12,12 @@ import pandas as pd
 import pytest
 from _helpers import assert_rows_close, small_config, toy_federated
 
-from fedjax_dp import cli, engine, experiment, noise_identity, sweep
-from fedjax_dp import client as client_lib
+from fedjax_dp import cli, experiment, sweep
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import noise_identity
 from fedjax_dp.models import get_model
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
@@ -197,7 +199,7 @@ def test_cohorts_in_sequence_equal_vmapped_cohorts():
 
 def test_points_draw_independent_noise_unless_common_random_numbers():
   """Lanes of one cohort (same seed) get their own noise stream by default (from
-  their configs, fedjax_dp.noise_identity); with privacy.common_random_numbers they
+  their configs, fedjax_dp.config.noise_identity); with privacy.common_random_numbers they
   share it (same noise at different scales)."""
   base = _base()
   streams = {tuple(noise_identity.stream(p.config))

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 
 def _cfg(**sets):

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from _helpers import toy_federated
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting, calibration, formulas
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 ROOT = Path(__file__).resolve().parents[1]
 Q, DELTA, EPS, DS = 0.1, 1e-3, 10.0, 1 / 60

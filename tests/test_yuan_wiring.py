@@ -15,7 +15,7 @@ from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.privacy import formulas
 from fedjax_dp.privacy.plan import make_privacy_plan, param_l1_sensitivity
-from fedjax_dp.schedules import constant, geometric
+from fedjax_dp.privacy.schedules import constant, geometric
 
 U, K, M, N, C, EPS, DELTA = 100, 10, 30, 600, 5.0, 10.0, 1e-3
 DS = 2 * C / N   # the paper's Delta_s

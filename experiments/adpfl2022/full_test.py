@@ -19,7 +19,8 @@ import jax
 import ml_collections
 import pandas as pd
 
-from fedjax_dp import engine, experiment
+from fedjax_dp import experiment
+from fedjax_dp.training import engine
 
 
 def main(argv=None):

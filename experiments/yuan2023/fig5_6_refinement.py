@@ -3,7 +3,7 @@
 M = 30 to start, eps = 10, ``schedule.refine = 1`` with alpha_d in {0.8, 0.9} and the
 five theta; the server evaluates the test loss after every round and, when it
 does not decrease (previous-round comparison, patience 1, tolerance 0: the rule of
-``fedjax_dp/schedules/geometric.py``), sets M' = ceil(alpha_d M_cur) and re-solves
+``fedjax_dp/privacy/schedules/geometric.py``), sets M' = ceil(alpha_d M_cur) and re-solves
 sigma' by eq. (9) as printed for rounds m+1..M'. alpha_d x theta x seed is ONE sweep.
 
 Fig. 5 is the horizon M' after every round (the ``horizon`` column, a staircase);

@@ -29,10 +29,10 @@ Flipping the input makes the two clipped gradients (nearly) opposite, so the pai
 uses most of the 2C a replace-one pair may move a clipped sum; the scale makes the
 gradients reach the clip, so a mechanism without clipping moves much further.
 
-Upload/step placements run :func:`fedjax_dp.client.client_update` for the target and
-one reference client with the engine's keys (:func:`fedjax_dp.engine.client_keys`);
-central placement runs :func:`fedjax_dp.engine.round_step` itself, with the config's
-selection drawn per lane by :func:`fedjax_dp.engine.select_clients`.
+Upload/step placements run :func:`fedjax_dp.training.client.client_update` for the target and
+one reference client with the engine's keys (:func:`fedjax_dp.training.engine.client_keys`);
+central placement runs :func:`fedjax_dp.training.engine.round_step` itself, with the config's
+selection drawn per lane by :func:`fedjax_dp.training.engine.select_clients`.
 
 The attack is white-box and knows everything but the coin: it computes the noiseless
 releases of both datasets (the mechanism run with zero noise) and projects the
@@ -93,12 +93,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import engine
 from fedjax_dp.audit import estimators
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import plan as plan_lib
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 PyTree = Any
 VARIANTS = ("none", "noise_div10", "no_clip", "shared_noise_key")
@@ -343,7 +343,7 @@ def _client_fn(model, ccfg: client_lib.ClientConfig, ids: tuple[int, ...]):
 @functools.lru_cache(maxsize=16)
 def _central_fn(model, rcfg: engine.RoundConfig):
   """Jitted ``fn(params, pair, args [L], v) -> scores [L, 1]`` of lanes whose release
-  is the new global model of :func:`fedjax_dp.engine.round_step`."""
+  is the new global model of :func:`fedjax_dp.training.engine.round_step`."""
   def lane(params, pair, args, v):
     new, _ = engine.round_step(model, rcfg, params, pair, args)
     return jnp.dot(_flat(new), v)[None]

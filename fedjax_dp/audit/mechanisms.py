@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import engine
-from fedjax_dp import selection as selection_lib
 from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import mechanisms as mechanisms_lib
 from fedjax_dp.privacy import plan as plan_lib
+from fedjax_dp.privacy import selection as selection_lib
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import engine
 
 
 def axes() -> dict[str, tuple[str, ...]]:

@@ -16,7 +16,7 @@ fixed-shape layout::
 A :class:`CohortStream` gathers a round's cohort (client ids ``[K]``) on the host,
 converts it exactly as the resident path does (``astype(float32)``), and puts
 ``[K, n_max, ...]`` on the device; the round reads its examples through
-``RoundArgs.rows`` (:func:`fedjax_dp.rounds.gather_block`) while keys and weights
+``RoundArgs.rows`` (:func:`fedjax_dp.training.rounds.gather_block`) while keys and weights
 follow the client ids, so the streamed round computes bit for bit what the resident
 round computes (``tests/test_streaming.py``). Selection depends only on
 ``(seed, round)``, so the next round's cohort is known ahead: :meth:`CohortStream.prefetch`

@@ -65,7 +65,7 @@ class Model:
       or :class:`fedjax_dp.models.layers.Conv`, so per-example clipping can use ghost
       norms instead of per-example gradients.
     conv: True when the model has convolutions (the engine picks its CNN round
-      implementation by it, see ``RoundConfig.conv_impl`` in :mod:`fedjax_dp.engine`).
+      implementation by it, see ``RoundConfig.conv_impl`` in :mod:`fedjax_dp.training.engine`).
   """
 
   name: str

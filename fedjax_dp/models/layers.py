@@ -136,7 +136,7 @@ class Conv(nn.Module):
       summation order: ``'conv'`` (``lax.conv_general_dilated``) or ``'im2col'``
       (:func:`unfold` and one matmul). Vmapped over clients whose kernels differ,
       ``'conv'`` becomes a grouped convolution, which XLA:CPU runs slowly, while
-      ``'im2col'`` becomes a batched matmul (see :mod:`fedjax_dp.engine`,
+      ``'im2col'`` becomes a batched matmul (see :mod:`fedjax_dp.training.engine`,
       ``RoundConfig.conv_impl``).
   """
 

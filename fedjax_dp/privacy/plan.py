@@ -34,7 +34,7 @@ upload        step_grad_l1 / l2      2 C sum_s eta_s (replace-one    client-leve
 ``b_i`` is the batch size (|D_i| for full batch) and ``eta_s`` the learning rate of
 local step s. Minibatch steps are accounted without example-level subsampling
 amplification (conservative). The selection rule's event comes from
-:mod:`fedjax_dp.selection`: random rules amplify by their marginal q, round robin is
+:mod:`fedjax_dp.privacy.selection`: random rules amplify by their marginal q, round robin is
 charged per client for the rounds it took part in. Each sensitivity is proved, for
 the replace-one adjacency the accountant assumes, in its clip mode's file under
 :mod:`fedjax_dp.privacy.clip_modes` (``per_example_l2.upload_sensitivity``,
@@ -56,9 +56,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_dp import selection as selection_lib
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import accounting, calibration, clip_modes, correlated, formulas, mechanisms
+from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.clip_modes import param_l2, per_example_l2, step_grad_l2, update_l2
 
 
@@ -617,7 +617,7 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
       certified epsilon for that client as soon as it releases).
     delta: target delta.
     q: per-round marginal selection probability of a client.
-    selection: a rule of :data:`fedjax_dp.selection.RULES`.
+    selection: a rule of :data:`fedjax_dp.privacy.selection.RULES`.
     sensitivity: ``[U]`` sensitivity of each client's noised release (of the
       aggregate, for ``'central'``).
     steps: noised releases per selected round (E for ``'step'``, else 1).
@@ -656,7 +656,7 @@ class PrivacyPlan(_PlanEvents, _PlanAccountant):
       reads it: cyclic_poisson's in-group rate, whose marginal ``q`` is ``rate K / U``);
       None: ``q``.
     groups: ``[U]`` each client's class under a rule with groups
-      (:attr:`fedjax_dp.selection.SelectionRule.groups`): client i is eligible only in
+      (:attr:`fedjax_dp.privacy.selection.SelectionRule.groups`): client i is eligible only in
       the rounds ``t % period == groups[i]`` (a function of the seed alone); None:
       every round.
     period: the rule's period P (rounds between a client's eligible rounds).

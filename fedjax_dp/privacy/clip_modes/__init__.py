@@ -3,7 +3,7 @@
 Each mode's file holds its client-side computation, its sensitivity at each noise
 placement it supports with the proof in the docstring, the privacy unit of its
 accounting event, its config checks and its audit canary (:mod:`.base` says what
-each field means). The client (:mod:`fedjax_dp.client`), the privacy plan
+each field means). The client (:mod:`fedjax_dp.training.client`), the privacy plan
 (:mod:`fedjax_dp.privacy.plan`), the audit and the sensitivity harness
 (``tests/test_sensitivity.py``) look modes up here.
 

@@ -6,7 +6,7 @@ client's computation, the sensitivity the noise is sized with, the accounting
 event's privacy unit, the config checks and the audit's canary cannot drift apart
 (ARCHITECTURE.md decision 6):
 
-* client side (traced, for ONE client; :func:`fedjax_dp.client.client_update` calls
+* client side (traced, for ONE client; :func:`fedjax_dp.training.client.client_update` calls
   the three hooks): :attr:`ClipMode.grad` (a local step's gradient sum),
   :attr:`ClipMode.after_step` (the parameters after a step) and
   :attr:`ClipMode.after_local` (the upload after the E steps);

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import selection as selection_lib
 from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.clip_modes import base, param_l2
 
 

@@ -3,7 +3,7 @@
 Each is a :class:`~fedjax_dp.privacy.correlated.base.CorrelatedNoise` (strategy, Gram
 matrix, carried state, in-round sampler) registered in :data:`CORRELATED`; the privacy
 plan (:mod:`fedjax_dp.privacy.plan`) reads the Gram matrix for its accounting, the
-compiled round (:mod:`fedjax_dp.rounds`) the sampler. ``base`` has the argument.
+compiled round (:mod:`fedjax_dp.training.rounds`) the sampler. ``base`` has the argument.
 """
 
 from __future__ import annotations

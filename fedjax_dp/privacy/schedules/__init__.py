@@ -7,8 +7,8 @@ which runs the picked schedule's own checks of the config.
 
 from collections.abc import Mapping
 
-from fedjax_dp.schedules import adpfl, constant, crd, geometric, linear_decay
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.privacy.schedules import adpfl, constant, crd, geometric, linear_decay
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule
 
 SCHEDULES: dict[str, Schedule] = {
     "constant": constant.SCHEDULE,

@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 PARAMS: Mapping[str, float] = {"decay_fraction": 0.5, "decay_floor": 0.1}
 

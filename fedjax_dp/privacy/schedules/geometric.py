@@ -86,7 +86,7 @@ import numpy as np
 
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 PARAMS: Mapping[str, float] = {"theta": 1.0, "refine": 0.0, "alpha_d": 0.9,
                                "refine_patience": 1.0, "refine_tol": 0.0, "refine_exact": 0.0}

@@ -2,26 +2,27 @@
 
 The round lives in small modules, each owning one thing:
 
-* :mod:`fedjax_dp.keys`: every random key of a round (seed, round, stream, tags);
-* :mod:`fedjax_dp.rounds`: the compiled round (:class:`RoundArgs`,
+* :mod:`fedjax_dp.training.keys`: every random key of a round (seed, round, stream, tags);
+* :mod:`fedjax_dp.training.rounds`: the compiled round (:class:`RoundArgs`,
   :class:`RoundConfig`, :func:`round_step`, :func:`cohort_step`);
-* :mod:`fedjax_dp.evaluation`: the test set and the selected clients' validation score;
-* :mod:`fedjax_dp.program`: a sweep's ``[G, L]`` points as one program on a mesh;
-* :mod:`fedjax_dp.memory`: memory probing and the client chunk size;
-* :mod:`fedjax_dp.selection`: the host's client slots and selection.
+* :mod:`fedjax_dp.training.evaluation`: the test set and the selected clients' validation score;
+* :mod:`fedjax_dp.training.program`: a sweep's ``[G, L]`` points as one program on a mesh;
+* :mod:`fedjax_dp.training.memory`: memory probing and the client chunk size;
+* :mod:`fedjax_dp.privacy.selection`: the host's client slots and selection.
 
 This module only re-exports them (docs/architecture.md), so ``engine.round_step``
 and the like keep working; the package's own modules import the owners.
 """
 
-from fedjax_dp.evaluation import (
+from fedjax_dp.privacy.selection import SELECTIONS, cohort_size, poisson_cap, select_clients
+from fedjax_dp.training.evaluation import (
     evaluate,
     make_eval_fn,
     make_validation_fn,
     selected_accuracy,
     sweep_evaluate,
 )
-from fedjax_dp.keys import (
+from fedjax_dp.training.keys import (
     AGGREGATE_NOISE_TAG,
     CLIENT_TAG,
     CORRELATED_TAG,
@@ -34,9 +35,14 @@ from fedjax_dp.keys import (
     round_key,
     server_key,
 )
-from fedjax_dp.memory import available_memory_bytes, client_chunk_for_memory
-from fedjax_dp.program import cohorts_in_sequence, make_sweep_fns, round_args_sharding, sweep_step
-from fedjax_dp.rounds import (
+from fedjax_dp.training.memory import available_memory_bytes, client_chunk_for_memory
+from fedjax_dp.training.program import (
+    cohorts_in_sequence,
+    make_sweep_fns,
+    round_args_sharding,
+    sweep_step,
+)
+from fedjax_dp.training.rounds import (
     AGGREGATIONS,
     CLIP_RULES,
     CONV_IMPLS,
@@ -52,7 +58,6 @@ from fedjax_dp.rounds import (
     model_params,
     round_step,
 )
-from fedjax_dp.selection import SELECTIONS, cohort_size, poisson_cap, select_clients
 
 __all__ = [
     "AGGREGATE_NOISE_TAG",

@@ -420,7 +420,7 @@ def check_config(cfg) -> None:
 
 # The host's cohort of a round: the static slot count K, and the drawn ids padded into
 # ``[K]`` slots with a mask, the form the compiled round takes
-# (:class:`fedjax_dp.rounds.RoundArgs`).
+# (:class:`fedjax_dp.training.rounds.RoundArgs`).
 
 
 def cohort_size(selection: str, num_clients: int, clients_per_round: int, q: float) -> int:

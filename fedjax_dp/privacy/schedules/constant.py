@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule
 
 
 class ConstantState(NamedTuple):

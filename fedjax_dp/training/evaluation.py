@@ -16,10 +16,16 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_dp.data.federated import FederatedData
-from fedjax_dp.keys import VALIDATION_NOISE_TAG, round_key
 from fedjax_dp.models import zoo
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import RoundArgs, RoundConfig, conv_impl_for, gather_block, model_params
+from fedjax_dp.training.keys import VALIDATION_NOISE_TAG, round_key
+from fedjax_dp.training.rounds import (
+  RoundArgs,
+  RoundConfig,
+  conv_impl_for,
+  gather_block,
+  model_params,
+)
 
 PyTree = Any
 

@@ -3,7 +3,7 @@
 :class:`RunLoop` holds everything of a run that lives on the host (numpy): the
 schedule's state, client selection, the accountant, the stop rules, the metric rows,
 checkpoints and the run directory. The device round is the caller's
-(:func:`fedjax_dp.groups.run_group`, which batches many loops into one program)::
+(:func:`fedjax_dp.host.groups.run_group`, which batches many loops into one program)::
 
   per round:  args = loop.plan_round()                  (host, numpy)
               params, metrics = round_fn(params, data, args)   (device)
@@ -20,16 +20,18 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from fedjax_dp import checkpoint as ckpt_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import noise_identity, rounds, schema, sharding
-from fedjax_dp import selection as selection_lib
-from fedjax_dp.building import Setup
+from fedjax_dp import sharding
+from fedjax_dp.config import noise_identity, schema
+from fedjax_dp.files.results import METRIC_COLUMNS, RunDir, RunResult
+from fedjax_dp.host import checkpoint as ckpt_lib
+from fedjax_dp.host.building import Setup
 from fedjax_dp.privacy import reporting
+from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
-from fedjax_dp.results import METRIC_COLUMNS, RunDir, RunResult
-from fedjax_dp.rounds import RoundArgs
-from fedjax_dp.schedules import NoiseContext, get_schedule
+from fedjax_dp.privacy.schedules import NoiseContext, get_schedule
+from fedjax_dp.training import rounds
+from fedjax_dp.training.rounds import RoundArgs
 
 
 def _lr_steps(cfg, scale: float) -> np.ndarray:
@@ -71,7 +73,7 @@ class RunLoop:
   certified epsilon past the target (``budget_exhausted``).
 
   With a run directory and ``checkpoint.every = N > 0``, the caller saves a
-  checkpoint (:mod:`fedjax_dp.checkpoint`) whenever :attr:`checkpoint_due` (every N
+  checkpoint (:mod:`fedjax_dp.host.checkpoint`) whenever :attr:`checkpoint_due` (every N
   rounds) and :meth:`finish` saves the last one. A loop whose run directory holds a
   checkpoint starts from it: :attr:`restored_params` is the model to continue from
   (None for a fresh run) and the rounds run on as if never stopped.
@@ -85,16 +87,16 @@ class RunLoop:
     self.cfg = cfg
     self.setup = setup
     self.privacy = setup.privacy
-    # Top-down: the config's noise stream and stored form, the schedule and the
-    # accountant, then the run directory.
+    # The schedule and the accountant, the config's noise stream and stored form,
+    # then the run directory (none depends on another).
     ctx = noise_context(cfg, setup.privacy)
-    # The noise stream: a hash of the release's config (fedjax_dp.noise_identity).
-    self.stream = noise_identity.stream(cfg)
-    stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
     self.schedule = get_schedule(cfg.schedule.name)
     self.state = self.schedule.init(ctx)
     self.acct = self.privacy.accountant_init()
     self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
+    stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
+    # The noise stream: a hash of the release's config (fedjax_dp.config.noise_identity).
+    self.stream = noise_identity.stream(cfg)
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
     # Every process reads the checkpoint and takes part in gathering the params to
@@ -226,12 +228,13 @@ class RunLoop:
     if not self.running:
       return None
     cfg, privacy, t = self.cfg, self.privacy, self.t
+    # The cohort depends only on (seed, t): drawn first, it is unused if the run stops.
+    idx, sel = self.cohort(t)
     plan = self.schedule.plan(self.state, t) if t < self._max_rounds else None
     if plan is None or plan.stop:
       self.running = False
       return None
     self.horizon = plan.horizon
-    idx, sel = self.cohort(t)
     client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
     # Deterministic rules (round robin) are charged for the clients that take part.
     validate = self.validate_clients and (t + 1) % self.adjust_every == 0
@@ -266,7 +269,7 @@ class RunLoop:
   def record(self, metrics: Mapping[str, float], test: tuple[float, float] | None,
              wall: float, val: float | None = None) -> None:
     """Records the planned round's results: ``metrics`` (this run's
-    :class:`fedjax_dp.rounds.RoundMetrics` as floats), ``test = (loss, accuracy)`` if it
+    :class:`fedjax_dp.training.rounds.RoundMetrics` as floats), ``test = (loss, accuracy)`` if it
     was evaluated and ``val`` (the released validation score) if
     :attr:`wants_validation`; then the schedule observes them."""
     p, self._pending = self._pending, None

@@ -36,7 +36,7 @@ class NoiseContext(NamedTuple):
     params: the schedule's own parameters, keyed by the field name under
       ``schedule.`` in the config (e.g. ``{'beta': 0.9, 'zeta': 0.001}``). The run
       loop passes every ``cfg.schedule`` field; a schedule reads the keys it knows
-      (``fedjax_dp.schedules.config_fields`` lists them) and ignores the rest.
+      (``fedjax_dp.privacy.schedules.config_fields`` lists them) and ignores the rest.
   """
 
   epsilon: np.ndarray
@@ -78,7 +78,7 @@ class Schedule(NamedTuple):
     init, plan, observe: the state machine (module docstring).
     check: ``(cfg) -> None`` refuses a config this schedule cannot run or bound
       (``fedjax_dp.errors.ConfigError`` naming the field); called by
-      :func:`fedjax_dp.schedules.check_config` when the schedule is picked.
+      :func:`fedjax_dp.privacy.schedules.check_config` when the schedule is picked.
   """
 
   init: Callable[[NoiseContext], Any]

@@ -37,9 +37,12 @@ ConfigDict = ml_collections.ConfigDict
 
 
 SKEW_SCHEMES = ("constant", "adpfl_uniform", "adpfl_even")
+# schedule.name of the T search (fedjax_dp.optimal_t): not a schedule, a batched
+# sweep over T of the constant schedule that keeps the best run.
+OPTIMAL_T = "optimal_t"
 # privacy.noise_seed as recorded in a run directory: entropy drawn for 'os'.
 NOISE_SEED_HEX = re.compile(r"[0-9a-f]{32,}")
-# A stored config's schema version (fedjax_dp.schema), not a field of the config.
+# A stored config's schema version (fedjax_dp.config.schema), not a field of the config.
 SCHEMA_KEY = "schema_version"
 
 
@@ -64,7 +67,7 @@ def base_config() -> ConfigDict:
 
   c.checkpoint = ConfigDict()
   # Save a checkpoint every N rounds into the run directory (0 = never); re-running
-  # the same command resumes from it (fedjax_dp.checkpoint).
+  # the same command resumes from it (fedjax_dp.host.checkpoint).
   c.checkpoint.every = 10
   c.progress = True
   return c
@@ -187,7 +190,7 @@ def _privacy_fields() -> ConfigDict:
   # random numbers; see engine.RoundConfig.aggregate_upload_noise).
   s.noise_sampling = "per_client"
   # The run's random stream for noise (and minibatches) is a hash of its config
-  # (fedjax_dp.noise_identity): runs that differ in what they release never draw the
+  # (fedjax_dp.config.noise_identity): runs that differ in what they release never draw the
   # same noise at different scales (releasing two would reveal the noiseless
   # aggregate), and the same config draws the same again. noise_stream is part of
   # that config (another value: an independent replicate). common_random_numbers=True
@@ -522,18 +525,18 @@ FIELD_RULES: dict[str, Rule] = {
     "client.clip": _POSITIVE,
     "client.l2_reg": Rule("float", 0.0),
     "client.chunk_size": Rule("int", 1, _I32),
-    "server.selection": Rule("str", choices=_registry("fedjax_dp.selection", "RULES")),
+    "server.selection": Rule("str", choices=_registry("fedjax_dp.privacy.selection", "RULES")),
     "server.wasserstein_metric": Rule("str", choices=_fixed("zero_one", "ordinal")),
     "server.clients_per_round": Rule("int", 0, _I32),
     "server.q": _UNIT,
-    "server.aggregation": Rule("str", choices=_registry("fedjax_dp.engine", "AGGREGATIONS")),
+    "server.aggregation": Rule("str", choices=_registry("fedjax_dp.training.engine", "AGGREGATIONS")),
     "server.lr": _POSITIVE,
-    "server.clip_rule": Rule("str", choices=_registry("fedjax_dp.engine", "CLIP_RULES")),
+    "server.clip_rule": Rule("str", choices=_registry("fedjax_dp.training.engine", "CLIP_RULES")),
     "server.clip_quantile": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "server.clip_lr": Rule("float"),
     "server.clip_count_std": Rule("float"),
     "server.client_chunk": Rule("int", -1, _I32),
-    "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.engine", "CONV_IMPLS")),
+    "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.training.engine", "CONV_IMPLS")),
     "privacy.epsilon": Rule("float", 0.0, open_low=True, inf=True),
     "privacy.delta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "privacy.mechanism": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
@@ -549,8 +552,8 @@ FIELD_RULES: dict[str, Rule] = {
     "privacy.bands": Rule("int", 0, _I32),
     "privacy.tree_restart": Rule("int", 0, _I32),
     "privacy.common_random_numbers": Rule("bool"),
-    "schedule.name": Rule("str", choices=_registry("fedjax_dp.schedules", "SCHEDULES",
-                                                   "optimal_t")),
+    "schedule.name": Rule("str", choices=_registry("fedjax_dp.privacy.schedules", "SCHEDULES",
+                                                   OPTIMAL_T)),
     "schedule.beta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "schedule.zeta": Rule("float"),
     "schedule.decay_fraction": _UNIT,
@@ -658,8 +661,8 @@ def _check_data_source(cfg: ConfigDict) -> None:
 # config floor is above the round, the mechanisms, the models and the data, whose
 # registries FIELD_RULES read too); like those registries they are looked up by name
 # when a config is validated, so that loading a config imports no JAX.
-SELECTION_CHECKS = "fedjax_dp.selection"
-OWNER_CHECKS = ("fedjax_dp.schedules", "fedjax_dp.privacy.clip_modes")
+SELECTION_CHECKS = "fedjax_dp.privacy.selection"
+OWNER_CHECKS = ("fedjax_dp.privacy.schedules", "fedjax_dp.privacy.clip_modes")
 
 
 def _check_owners(cfg: ConfigDict) -> None:
@@ -741,6 +744,11 @@ def _check_execution(cfg: ConfigDict) -> None:
     raise ConfigError("privacy.noise_sampling='aggregate' needs privacy.placement='upload' "
                       "and privacy.mechanism='gaussian' (a sum of Laplace draws is not "
                       f"Laplace); got {cfg.privacy.placement!r}, {cfg.privacy.mechanism!r}")
+
+
+def is_optimal_t(cfg: ConfigDict) -> bool:
+  """Whether ``cfg`` asks for the T search (:data:`OPTIMAL_T`)."""
+  return cfg.schedule.name == OPTIMAL_T
 
 
 def validate(cfg: ConfigDict) -> None:

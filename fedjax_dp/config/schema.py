@@ -8,10 +8,10 @@ gives the field a default in :func:`fedjax_dp.config.base_config` that reproduce
 old behaviour, records it in :data:`ADDED_FIELDS` and bumps :data:`SCHEMA_VERSION`.
 A stored config is then read with :func:`upgraded`: the fields it lacks ran with
 their (old) behaviour, i.e. the current defaults, so they are filled in, and a
-resume compares only the fields both configs have (:func:`fedjax_dp.checkpoint.config_diff`).
+resume compares only the fields both configs have (:func:`fedjax_dp.host.checkpoint.config_diff`).
 A config stored without a version is version 1. A field added later, at its
 default, is left out of the run's noise identity
-(:func:`fedjax_dp.noise_identity.identity`), so a run resumed across such a release
+(:func:`fedjax_dp.config.noise_identity.identity`), so a run resumed across such a release
 draws the same noise as before and finishes bit for bit as if never stopped.
 """
 

@@ -1,8 +1,8 @@
 """Building a run: from a validated config to a :class:`Setup` (before any training).
 
 :func:`build` loads the dataset, partitions it into clients (:func:`partition_clients`),
-puts the client data on the device, builds the model, the static round config
-(:func:`round_config`), the privacy plan and the selection rule's side information,
+puts the client data on the device, builds the model, the privacy plan and the
+selection rule's side information, then the static round config (:func:`round_config`)
 and sizes the client chunk from the free memory. :func:`group_key` says which runs
 can share one compiled round.
 """
@@ -17,19 +17,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import client as client_lib
 from fedjax_dp import config as config_lib
-from fedjax_dp import memory, rounds
-from fedjax_dp import selection as selection_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.models import get_model
+from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import (
   PrivacyPlan,
   correlated_strategy,
   make_privacy_plan,
   selection_probability,
 )
+from fedjax_dp.training import memory, rounds
 
 CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
 
@@ -58,21 +57,11 @@ def data_key(cfg) -> str:
 
 
 def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
-  """The static :class:`fedjax_dp.rounds.RoundConfig` of a config's round."""
-  ccfg = client_lib.ClientConfig(
-      local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
-      clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
-      mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
-      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"))
-  fraction = 1.0
-  if cfg.server.aggregation == "fixed":  # the expected share of examples in a round
-    fraction = selection_probability(cfg)
-  return rounds.RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
-                            aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
-                            expected_fraction=fraction,
-                            conv_impl=cfg.server.get("conv_impl", "auto"),
-                            clip_rule=cfg.server.get("clip_rule", "fixed"),
-                            correlated=correlated_strategy(cfg))
+  """The static :class:`fedjax_dp.training.rounds.RoundConfig` of a config's round,
+  with the privacy plan's parts (the expected fraction, the correlated strategy)."""
+  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  return rounds.round_config(cfg, client_chunk=client_chunk, expected_fraction=fraction,
+                             correlated_noise=correlated_strategy(cfg))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:
@@ -92,10 +81,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
 
 
 def _build(cfg, cache: dict | None) -> Setup:
-  """Builds top-down: this module's own checks and keys, the static round (client,
-  round), the data (dataset, partition, device copy, test set) and the model, the
-  cohort slots and the privacy plan (selection, privacy), then the chunk size
-  (memory), each lower module entered once."""
+  """Builds down the floors: this module's own checks and keys; the data (dataset,
+  partition, device copy, test set) and the model; the cohort slots and the privacy
+  plan (selection, privacy); then the static round and its chunk size (training)."""
   if cfg.server.selection not in selection_lib.RULES:
     raise config_lib.ConfigError(f"server.selection: unknown {cfg.server.selection!r}; "
                                  f"known: {tuple(selection_lib.RULES)}")
@@ -104,28 +92,8 @@ def _build(cfg, cache: dict | None) -> Setup:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   cache = {} if cache is None else cache
-  key = data_key(cfg)
-  round_cfg = round_config(cfg)
-  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  ds, clients, data, x_test, y_test = _data(cfg, cache)
   regression = ds.is_regression
-  if ("clients", key) not in cache:
-    clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
-    # data.placement='host': the packed arrays stay in host memory; groups.run_group
-    # streams each round's cohort to the device (fedjax_dp.data.streaming).
-    pack = (pack_federated_data if cfg.data.get("placement", "device") == "host"
-            else build_federated_data)
-    cache["clients", key] = (clients, pack(ds.x_train, ds.y_train, clients))
-  clients, data = cache["clients", key]
-  n_test = int(cfg.data.get("test_samples", 0))
-  test_key = (cfg.data.name, cfg.data.dir, n_test)
-  if ("test", test_key) not in cache:
-    x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
-    if 0 < n_test < len(y_t):
-      # The same subset for every run and seed (seed 0), so runs stay comparable.
-      keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
-      x_t, y_t = x_t[keep], y_t[keep]
-    cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
-  x_test, y_test = cache["test", test_key]
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
   num_params = model.num_params()
   if model.is_regression != regression:
@@ -151,11 +119,39 @@ def _build(cfg, cache: dict | None) -> Setup:
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")
+  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
+                                  correlated_noise=correlated_strategy(cfg))
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
                ds.source)
+
+
+def _data(cfg, cache: dict):
+  """The dataset, its clients' indices and packed data, and the test set (shared
+  through ``cache`` by the runs of a sweep that read the same ones)."""
+  key = data_key(cfg)
+  ds = load_dataset(cfg.data.name, cfg.data.dir)
+  if ("clients", key) not in cache:
+    clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
+    # data.placement='host': the packed arrays stay in host memory; groups.run_group
+    # streams each round's cohort to the device (fedjax_dp.data.streaming).
+    pack = (pack_federated_data if cfg.data.get("placement", "device") == "host"
+            else build_federated_data)
+    cache["clients", key] = (clients, pack(ds.x_train, ds.y_train, clients))
+  clients, data = cache["clients", key]
+  n_test = int(cfg.data.get("test_samples", 0))
+  test_key = (cfg.data.name, cfg.data.dir, n_test)
+  if ("test", test_key) not in cache:
+    x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
+    if 0 < n_test < len(y_t):
+      # The same subset for every run and seed (seed 0), so runs stay comparable.
+      keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
+      x_t, y_t = x_t[keep], y_t[keep]
+    cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
+  return (ds, clients, data, *cache["test", test_key])
 
 
 def same_program(a: Setup, b: Setup) -> bool:

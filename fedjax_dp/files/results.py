@@ -3,7 +3,7 @@
 Every file is written to a temporary name in the same directory and then renamed
 (``os.replace`` is atomic on POSIX), so an interrupted run never leaves a file that
 looks complete. ``metrics.csv`` has one row per round and loads straight into pandas.
-A run directory lists the files it wrote in its manifest (:mod:`fedjax_dp.outputs`),
+A run directory lists the files it wrote in its manifest (:mod:`fedjax_dp.files.outputs`),
 so that ``--overwrite`` removes those and nothing else.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedjax_dp import outputs
+from fedjax_dp.files import outputs
 
 _atomic_write = outputs.atomic_write
 
@@ -37,10 +37,18 @@ def _jsonable(x: Any) -> Any:
   return x
 
 
-def json_without(config: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+def _integral_as_int(text: str) -> float | int:
+  value = float(text)
+  return int(value) if math.isfinite(value) and value.is_integer() else value
+
+
+def json_without(config: Mapping[str, Any], fields: Sequence[str], *,
+                 integral_floats_as_ints: bool = False) -> dict[str, Any]:
   """``config`` (nested dicts) as JSON types with sorted keys, without the dotted
-  ``fields`` (``'server.client_chunk'``); a field that is not there is ignored."""
-  out = json.loads(json.dumps(_jsonable(config), sort_keys=True))
+  ``fields`` (``'server.client_chunk'``); a field that is not there is ignored. With
+  ``integral_floats_as_ints``, a finite float that is an integer reads back as an int."""
+  parse_float = _integral_as_int if integral_floats_as_ints else float
+  out = json.loads(json.dumps(_jsonable(config), sort_keys=True), parse_float=parse_float)
   for field in fields:
     *parents, leaf = field.split(".")
     node = out
@@ -52,7 +60,7 @@ def json_without(config: Mapping[str, Any], fields: Sequence[str]) -> dict[str, 
 
 def write_json(path: str | os.PathLike, obj: Any, *, owned: bool = False) -> None:
   """Writes ``obj`` as indented JSON, atomically (``owned``: see
-  :func:`fedjax_dp.outputs.atomic_write`)."""
+  :func:`fedjax_dp.files.outputs.atomic_write`)."""
   _atomic_write(Path(path), (json.dumps(_jsonable(obj), indent=2, sort_keys=True) + "\n")
                 .encode(), owned=owned)
 
@@ -60,7 +68,7 @@ def write_json(path: str | os.PathLike, obj: Any, *, owned: bool = False) -> Non
 def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] | None = None, *, owned: bool = False) -> None:
   """Writes ``rows`` (dicts) as CSV with a header, atomically (``owned``: see
-  :func:`fedjax_dp.outputs.atomic_write`)."""
+  :func:`fedjax_dp.files.outputs.atomic_write`)."""
   columns = list(columns or (rows[0].keys() if rows else []))
   buf = io.StringIO()
   writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
@@ -104,7 +112,7 @@ class RunResult:
 class RunDir:
   """A run directory. ``metrics.csv`` is rewritten (atomically) as rounds finish.
 
-  Opening one claims it (:func:`fedjax_dp.outputs.claim`): a new directory gets a
+  Opening one claims it (:func:`fedjax_dp.files.outputs.claim`): a new directory gets a
   manifest of kind ``'run'``; an existing one must be a run directory (or a sweep's
   point, an ``optimal_t`` candidate). Every file written through it is listed there.
   """

@@ -40,8 +40,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from flax import serialization
 
-from fedjax_dp import outputs, results, schema, sharding
-from fedjax_dp.config import ConfigError, UserError
+from fedjax_dp import sharding
+from fedjax_dp.config import ConfigError, UserError, schema
+from fedjax_dp.files import outputs, results
 
 FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
@@ -108,7 +109,7 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
   """Fields whose values differ between a stored config ``old`` and ``new``, as
   ``'key: old -> new'`` (ignoring :data:`NON_RESULT_FIELDS`).
 
-  Both are read in this release's schema (:func:`fedjax_dp.schema.upgraded`): a field
+  Both are read in this release's schema (:func:`fedjax_dp.config.schema.upgraded`): a field
   ``old`` was stored without (added by a later release) ran at its default, and only
   the fields both hold are compared.
 
@@ -201,7 +202,7 @@ def save_model(path: str | os.PathLike, params: Any) -> None:
 def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
                   overwrite: bool = False) -> None:
   """Checks that run directory ``path`` may be written by a run of ``config``, and
-  claims it (:func:`fedjax_dp.outputs.claim`, kind ``'run'``).
+  claims it (:func:`fedjax_dp.files.outputs.claim`, kind ``'run'``).
 
   A new or empty directory, or one whose run wrote nothing but ``config.json`` (it
   failed before its first round), is free; one with the same config (up to

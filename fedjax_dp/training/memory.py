@@ -20,7 +20,7 @@ import numpy as np
 
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import (
+from fedjax_dp.training.rounds import (
     RoundArgs,
     RoundConfig,
     carried_params,

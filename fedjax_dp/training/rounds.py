@@ -27,19 +27,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client as client_lib
-from fedjax_dp import one_step
 from fedjax_dp.data.federated import FederatedData
-from fedjax_dp.keys import (
+from fedjax_dp.models import layers, zoo
+from fedjax_dp.models.base import Model
+from fedjax_dp.privacy import correlated, mechanisms
+from fedjax_dp.training import client as client_lib
+from fedjax_dp.training import one_step
+from fedjax_dp.training.keys import (
   AGGREGATE_NOISE_TAG,
   COUNT_NOISE_TAG,
   client_keys,
   correlated_key,
   server_key,
 )
-from fedjax_dp.models import layers, zoo
-from fedjax_dp.models.base import Model
-from fedjax_dp.privacy import correlated, mechanisms
 
 PyTree = Any
 AGGREGATIONS = ("normalized", "unnormalized", "fixed")
@@ -68,7 +68,7 @@ class RoundArgs(NamedTuple):
       this round reads; sweeps over seeds stack one partition per seed. Ignored for
       ordinary ``[U, ...]`` data.
     stream: the run's random stream, ``uint32 [2]`` from its config's identity
-      (:func:`fedjax_dp.noise_identity.stream`; a scalar is one word): runs that
+      (:func:`fedjax_dp.config.noise_identity.stream`; a scalar is one word): runs that
       share a seed, and so a cohort, draw independent noise and minibatches when
       their streams differ. All zeros is the seed's own stream.
     count_noise: ``clip_rule='private_median'``: std of the Gaussian noise on the
@@ -140,8 +140,8 @@ class RoundConfig:
       on a CPU. Individual noisy uploads are then never materialised, and the
       random stream differs from per-client sampling.
     fuse_one_step: when local training is one full-batch step of a model of Dense
-      and Conv layers (:func:`fedjax_dp.one_step.fusable`), train each block of clients as ONE
-      weighted batch (:mod:`fedjax_dp.one_step`): per-client work shrinks to norms,
+      and Conv layers (:func:`fedjax_dp.training.one_step.fusable`), train each block of clients as ONE
+      weighted batch (:mod:`fedjax_dp.training.one_step`): per-client work shrinks to norms,
       and the weighted sum of the uploads is one matmul per layer. Same result up to
       float summation order; ``False`` forces the per-client path.
     expected_fraction: ``aggregation='fixed'`` only: the expected share of all
@@ -211,6 +211,30 @@ class RoundConfig:
       raise ValueError("privacy.noise_sampling='aggregate' needs Gaussian upload noise "
                        "(a sum of Laplace draws is not Laplace); got placement "
                        f"{self.client.noise_placement!r}, mechanism {self.client.mechanism!r}")
+
+
+def round_config(cfg, *, client_chunk: int = 0, expected_fraction: float = 1.0,
+                 correlated_noise: Any = None) -> RoundConfig:
+  """The static :class:`RoundConfig` of a run config's round.
+
+  Args:
+    cfg: the run's config (``client``, ``privacy``, ``server`` fields are read).
+    client_chunk: :attr:`RoundConfig.client_chunk`.
+    expected_fraction: :attr:`RoundConfig.expected_fraction` (``aggregation='fixed'``:
+      the privacy plan's expected share of examples in a round).
+    correlated_noise: :attr:`RoundConfig.correlated`, the privacy plan's strategy.
+  """
+  ccfg = client_lib.ClientConfig(
+      local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
+      clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
+      mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
+      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"))
+  return RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
+                     aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
+                     expected_fraction=expected_fraction,
+                     conv_impl=cfg.server.get("conv_impl", "auto"),
+                     clip_rule=cfg.server.get("clip_rule", "fixed"),
+                     correlated=correlated_noise)
 
 
 class CarriedParams(NamedTuple):
@@ -338,7 +362,7 @@ class _Round(NamedTuple):
   args: RoundArgs              # per point ([L] lanes under ``lanes``)
   cohort: RoundArgs            # lane 0's args: ids, mask, data_id, seed, round
   lanes: Callable              # _one, or jax.vmap over the L points of a cohort
-  fuse: bool                   # train blocks with fedjax_dp.one_step
+  fuse: bool                   # train blocks with fedjax_dp.training.one_step
   total_selected: jax.Array    # sum of the selected clients' |D_i|
   selected_denom: jax.Array    # max(total_selected, 1): the loss weights' denominator
   agg_denom: jax.Array         # the aggregation weights' denominator
@@ -513,7 +537,7 @@ def _client_sums(r: _Round):
 def _correlated_noise(cfg: RoundConfig, a: RoundArgs, agg: PyTree, state: PyTree):
   """``(aggregate + central_noise * (C^+ Z)_t, state')``: round t's row of the
   correlated noise (:mod:`fedjax_dp.privacy.correlated`), from the run's correlated
-  key (:func:`fedjax_dp.keys.correlated_key`) and the carried state."""
+  key (:func:`fedjax_dp.training.keys.correlated_key`) and the carried state."""
   s = cfg.correlated
   noise, state = correlated.get(s.name).sample(s, correlated_key(a.seed, a.stream), a.round,
                                                state, agg)

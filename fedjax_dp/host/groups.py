@@ -1,10 +1,10 @@
 """Batched running: many runs that share one compiled round, as one program per round.
 
-Runs whose configs share every array shape (:func:`fedjax_dp.building.group_key`)
+Runs whose configs share every array shape (:func:`fedjax_dp.host.building.group_key`)
 form a group. Runs that select the same clients form a cohort (:func:`cohort_key`)
 that reads the clients' data once; :func:`lane_layout` arranges the runs as ``[G][L]``
 lanes of G cohorts, each lane a queue of runs. :func:`run_group` then drives the
-group: each run keeps its own host side in a :class:`fedjax_dp.run_loop.RunLoop`, and
+group: each run keeps its own host side in a :class:`fedjax_dp.host.run_loop.RunLoop`, and
 only the device part is batched (and Ctrl-C stops it between rounds,
 :func:`interruptible`)::
 
@@ -31,13 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import evaluation, memory, program, sharding
-from fedjax_dp.building import CLIENT_CHUNK_AUTO, Setup, data_key, same_program
+from fedjax_dp import sharding
 from fedjax_dp.data import streaming
 from fedjax_dp.data.federated import FederatedData
-from fedjax_dp.results import RunResult
-from fedjax_dp.rounds import RoundArgs, carried_params
-from fedjax_dp.run_loop import RunLoop
+from fedjax_dp.files.results import RunResult
+from fedjax_dp.host.building import CLIENT_CHUNK_AUTO, Setup, data_key, same_program
+from fedjax_dp.host.run_loop import RunLoop
+from fedjax_dp.training import evaluation, memory, program
+from fedjax_dp.training.rounds import RoundArgs, carried_params
 
 # Ctrl-C between rounds: within :func:`interruptible`, SIGINT only sets a flag that
 # :func:`run_group` reads between rounds (:func:`requested`).
@@ -177,9 +178,8 @@ class _Program(NamedTuple):
   stream: Any = None       # streaming.CohortStream (data.placement='host'), else None
 
 
-def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int], Any]:
-  """One copy per distinct dataset (runs index theirs by data_id), and the data the
-  round reads: the one dataset, or all of them stacked ``[D, U, ...]``."""
+def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int]]:
+  """One copy per distinct dataset, and each run's index into them (its data_id)."""
   datasets: list[FederatedData] = []
   data_ids = []
   for s in setups:
@@ -188,17 +188,24 @@ def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int], 
       datasets.append(s.data)
       found = len(datasets) - 1
     data_ids.append(found)
-  if streaming.is_host(datasets[0]):  # streamed cohort by cohort (_Lanes.feed)
-    return datasets, data_ids, None
-  data = datasets[0] if len(datasets) == 1 else jax.tree_util.tree_map(
+  return datasets, data_ids
+
+
+def _device_data(datasets: list[FederatedData]) -> Any:
+  """The data the round reads: the one dataset, all of them stacked ``[D, U, ...]``,
+  or None when they stay on the host (streamed cohort by cohort, _Lanes.feed)."""
+  if streaming.is_host(datasets[0]):
+    return None
+  return datasets[0] if len(datasets) == 1 else jax.tree_util.tree_map(
       lambda *a: jnp.stack(a), *datasets)
-  return datasets, data_ids, data
 
 
-def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData], data: Any,
+def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData],
              layout: list, devices) -> _Program:
-  """The mesh, the client chunk of this group, and the jitted sweep functions."""
+  """The device data, the mesh, the client chunk of this group, and the jitted sweep
+  functions."""
   model, round_cfg = first.model, first.round_cfg
+  data = _device_data(datasets)
   num_cohorts, num_lanes = len(layout), len(layout[0])
   mesh = sharding.make_mesh(num_cohorts, devices)
   trivial = sharding.is_trivial(mesh)
@@ -475,8 +482,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
 
   Args:
     cfgs: the runs' configs.
-    setups: their :func:`fedjax_dp.building.build` results; all must have the same
-      :func:`fedjax_dp.building.group_key`. Runs whose client data are the same
+    setups: their :func:`fedjax_dp.host.building.build` results; all must have the same
+      :func:`fedjax_dp.host.building.group_key`. Runs whose client data are the same
       object share it; otherwise the datasets are stacked ``[D, U, ...]`` and each
       run reads its own.
     out_dirs: a run directory per run (or None entries / None: write nothing).
@@ -496,10 +503,10 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
     if not same_program(first, s):
       raise ValueError("run_group: runs differ in static config or shapes; group them "
                        "with experiment.group_key")
-  datasets, data_ids, data = _datasets(setups)
+  datasets, data_ids = _datasets(setups)
   layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)],
                        [int(c.rounds) for c in cfgs])
-  prog = _compile(cfgs, first, datasets, data, layout, devices)
+  prog = _compile(cfgs, first, datasets, layout, devices)
   try:
     lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar)
     while True:

@@ -13,7 +13,7 @@ change what is released (a label, display, when state is saved, how the same
 arithmetic is laid out in memory); two configs that differ only there are the same
 release and may share its noise. Every other field is in, ``data.dir`` included
 (another directory may hold other data). A field a later release added
-(:data:`fedjax_dp.schema.ADDED_FIELDS`) is left out while it holds its default, so
+(:data:`fedjax_dp.config.schema.ADDED_FIELDS`) is left out while it holds its default, so
 runs from before it keep their noise.
 
 Opt-ins:
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,8 @@ import jax
 import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import results, schema
+from fedjax_dp.config import schema
+from fedjax_dp.files import results
 
 # Config fields that do not change the release (see the module docstring): the
 # run's label (sweeps and optimal_t rename their runs), display, when a checkpoint
@@ -61,21 +61,11 @@ OS = "os"
 _HASHED = np.uint32(0x80000000)
 
 
-def _canonical(x: Any) -> Any:
-  """JSON values with integral floats as ints (``8`` and ``8.0`` are one config)."""
-  if isinstance(x, dict):
-    return {k: _canonical(v) for k, v in x.items()}
-  if isinstance(x, list):
-    return [_canonical(v) for v in x]
-  if isinstance(x, float) and math.isfinite(x) and x.is_integer():
-    return int(x)
-  return x
-
-
 def _release_fields(config: dict[str, Any]) -> dict[str, Any]:
-  """A config dict as canonical JSON values, without :data:`EXCLUDED_FIELDS`."""
-  return _canonical(results.json_without(
-      config, EXCLUDED_FIELDS + schema.defaulted_added_fields(config)))
+  """A config dict as canonical JSON values (integral floats as ints: ``8`` and
+  ``8.0`` are one config), without :data:`EXCLUDED_FIELDS`."""
+  return results.json_without(config, EXCLUDED_FIELDS + schema.defaulted_added_fields(config),
+                              integral_floats_as_ints=True)
 
 
 def identity(cfg) -> dict[str, Any]:

@@ -73,7 +73,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedjax_dp.errors import ConfigError
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule, constant_budget
 
 # Defaults of the schedule's config fields (``schedule.<name>``); spec section 7.1
 # and Figs. 8-13: zeta = 0.001, beta = 0.9.

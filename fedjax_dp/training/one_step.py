@@ -27,7 +27,7 @@ gradients and K model copies. What stays per client:
   directly instead of running the weighted-gradient matmul as well
   (:func:`_update_clipped_sum`);
 * per-client upload noise, drawn with each client's own key exactly as
-  :func:`fedjax_dp.client.client_update` draws it, then summed with the weights.
+  :func:`fedjax_dp.training.client.client_update` draws it, then summed with the weights.
 
 The result equals the per-client path (``vmap(client_update)`` and a weighted sum)
 up to float summation order; ``tests/test_one_step.py`` checks it for every clipping
@@ -40,9 +40,9 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from fedjax_dp import client as client_lib
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping, mechanisms
+from fedjax_dp.training import client as client_lib
 
 FUSABLE_CLIP_MODES = ("none", "per_example_l2", "per_example_l1", "update_l2")
 
@@ -94,12 +94,12 @@ def block_sum(model: Model, cfg: client_lib.ClientConfig, params, x: jax.Array,
     y: ``[B, n]`` labels.
     mask: ``[B, n]`` 1.0 for real examples.
     keys: ``[B]`` the clients' keys (upload noise).
-    hp: :class:`fedjax_dp.client.ClientHParams` with ``[B, ...]`` fields.
+    hp: :class:`fedjax_dp.training.client.ClientHParams` with ``[B, ...]`` fields.
     weights: ``[B]`` aggregation weights ``p_k`` (0 for padding slots).
 
   Returns:
     ``(weighted_sum, loss [B], grad_norm [B])`` -- the sum of the weighted uploads and
-    each client's :class:`fedjax_dp.client.ClientOutput` ``loss`` and ``grad_norm``.
+    each client's :class:`fedjax_dp.training.client.ClientOutput` ``loss`` and ``grad_norm``.
   """
   if not fusable(model, cfg):
     raise ValueError(f"one-step fusion does not apply to {cfg} with model {model.name!r}")

@@ -21,7 +21,7 @@ what the paper leaves open (spec ``adpfl.md`` section 7):
 * Where ``S_t`` comes from is ``schedule.validation``. ``'clients'`` (the default,
   the spec's reading of the paper): the accuracy of the new global model on the
   union of the round's selected clients' local data, computed by the run loop
-  (:func:`fedjax_dp.engine.selected_accuracy`) and released with Gaussian noise
+  (:func:`fedjax_dp.training.engine.selected_accuracy`) and released with Gaussian noise
   ``N(0, (z_val / N_sel)^2)`` (``z_val = schedule.val_noise_multiplier``, ``1 / N_sel``
   its sensitivity, :func:`fedjax_dp.privacy.plan.validation_sensitivity`); the
   accountant charges that release in the same round (so the schedule's dependence
@@ -60,7 +60,7 @@ import numpy as np
 
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import formulas
-from fedjax_dp.schedules.base import NoiseContext, RoundPlan, Schedule
+from fedjax_dp.privacy.schedules.base import NoiseContext, RoundPlan, Schedule
 
 PARAMS: Mapping[str, float] = {"k": 0.7, "alpha": 0.005, "adjust_every": 1.0}
 

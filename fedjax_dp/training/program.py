@@ -1,7 +1,7 @@
 """The sweep program: G cohorts x L points of one compiled round, laid out on devices.
 
 :func:`sweep_step` runs a sweep's points together: leading axes ``[G, L]`` of G
-cohorts (points that select the same clients; :func:`fedjax_dp.rounds.cohort_step`
+cohorts (points that select the same clients; :func:`fedjax_dp.training.rounds.cohort_step`
 reads their clients' data once) of L points. :func:`make_sweep_fns` jits it and the
 sweep's evaluation, laying cohorts and clients over the devices of a mesh
 (:mod:`fedjax_dp.sharding`); a single run is a sweep of one point.
@@ -16,9 +16,9 @@ import jax
 
 from fedjax_dp import sharding
 from fedjax_dp.data.federated import FederatedData
-from fedjax_dp.evaluation import sweep_evaluate
 from fedjax_dp.models.base import Model
-from fedjax_dp.rounds import (
+from fedjax_dp.training.evaluation import sweep_evaluate
+from fedjax_dp.training.rounds import (
   RoundArgs,
   RoundConfig,
   RoundMetrics,

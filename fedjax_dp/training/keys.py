@@ -2,7 +2,7 @@
 
 Randomness is derived, never carried (ARCHITECTURE.md, decision 4): a round's key is
 ``fold_in(PRNGKey(seed), t)`` (moved to the run's noise stream,
-:func:`fedjax_dp.noise_identity.stream`), a client's is that key folded with
+:func:`fedjax_dp.config.noise_identity.stream`), a client's is that key folded with
 :data:`CLIENT_TAG` and its id, and the server's draws (central noise, aggregated
 upload noise, the clip rule's count, the validation release) fold in a tag of their
 own. So results never depend on chunking, padding, lanes or device count, and two
@@ -32,7 +32,7 @@ def round_key(seed: jax.Array, t: jax.Array, stream: jax.Array | int = 0) -> jax
   ``fold_in(fold_in(., STREAM_TAG), s_0), ..., s_n)`` when some word of ``s`` is not 0.
 
   ``stream`` is a scalar or a vector of uint32 words (a run's
-  :func:`fedjax_dp.noise_identity.stream` is two); all zeros is the seed's own stream.
+  :func:`fedjax_dp.config.noise_identity.stream` is two); all zeros is the seed's own stream.
   """
   key = jax.random.fold_in(jax.random.PRNGKey(seed), t)
   words = jnp.atleast_1d(jnp.asarray(stream)).astype(jnp.uint32)
