@@ -73,7 +73,7 @@ def _digest(path: Path) -> str:
   data = path.read_bytes()
   if path.suffix == ".msgpack":
     from flax import serialization  # pylint: disable=import-outside-toplevel
-    magic = b"fedjax_dp checkpoint v1\n"  # checkpoint.py: magic, SHA-256 hex, newline, payload
+    magic = b"fedjax_dp checkpoint v1\n"  # host/checkpoint.py: magic, SHA-256 hex, newline, payload
     if data.startswith(magic):
       data = data[len(magic) + 65:]
     data = _tree_bytes(_strip(serialization.msgpack_restore(data)))
