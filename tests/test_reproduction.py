@@ -38,7 +38,6 @@ LEGACY_META = {
     "experiments/yuan2023/results/equal_certified_meta.json",
     "experiments/yuan2023/results/equal_certified_n100_meta.json",
     "experiments/yuan2023/results/fig2_theta_per_round_n100_meta.json",
-    "experiments/yuan2023/results/fig3_table2_meta.json",
     "experiments/yuan2023/results/fig3_table2_n100_meta.json",
     "experiments/yuan2023/results/fig4_epsilon_n100_meta.json",
     "experiments/yuan2023/results/fig5_6_refinement_meta.json",
