@@ -32,7 +32,6 @@ LEGACY_META = {
     "experiments/wei2021/results/compare_noise_q1_meta.json",
     "experiments/wei2021/results/compare_paper_q1_meta.json",
     "experiments/wei2021/results/compare_strong_q1_meta.json",
-    "experiments/wei2021/results/fig12_noniid_noise_meta.json",
     "experiments/yuan2023/results/equal_certified_n100_meta.json",
     "experiments/yuan2023/results/fig2_theta_per_round_n100_meta.json",
     "experiments/yuan2023/results/fig3_table2_n100_meta.json",
