@@ -115,6 +115,19 @@ def test_laplace_baselines():
   np.testing.assert_allclose(2 * b ** 2, sigma ** 2, rtol=1e-12)   # same variance
 
 
+def test_update_l2_reads_algorithm_1_with_the_same_noise_and_certificate():
+  """update_l2 (the C-ball around the global model, spec 7.3 item 12's other reading
+  for the CNN) gets eq. (8)'s noise from the paper's Delta_s and is certified with
+  the same true sensitivity 2 C as param_l2."""
+  plans = {m: make_privacy_plan(_cfg(**{"client.clip_mode": m}), np.full(U, N))
+           for m in ("param_l2", "update_l2")}
+  runs = {m: _play(_cfg(**{"client.clip_mode": m}), p, geometric) for m, p in plans.items()}
+  np.testing.assert_array_equal(runs["param_l2"][3], runs["update_l2"][3])
+  np.testing.assert_allclose(plans["update_l2"].sensitivity, 2 * C)
+  assert (plans["update_l2"].certified_epsilon(runs["update_l2"][1])
+          == plans["param_l2"].certified_epsilon(runs["param_l2"][1]))
+
+
 def test_param_l1_sensitivity_bound_is_tight_on_the_ball():
   rng = np.random.default_rng(0)
   for d in (1, 6, 1000):
@@ -128,7 +141,7 @@ def test_param_l1_sensitivity_bound_is_tight_on_the_ball():
 
 
 @pytest.mark.parametrize("sets,match", [
-    ({"client.clip_mode": "per_example_l2"}, r"client\.clip_mode='param_l2'"),
+    ({"client.clip_mode": "per_example_l2"}, r"client\.clip_mode in param_l2, update_l2"),
     ({"privacy.placement": "step", "client.clip_mode": "per_example_l2"},
      r"privacy\.placement='upload'"),
     ({"privacy.mechanism": "laplace", "schedule.name": "constant"},

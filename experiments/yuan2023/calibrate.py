@@ -12,7 +12,9 @@ at the paper's stated U = 100, K = 10, tau = 5, C = 5 and M = 30
 * ``cnn``: LeNet-5 (``cnn_yuan``) on Fashion-MNIST, the setting of Figs. 8/10 (50
   examples per client, the committed reduction): no-DP test accuracy >= 0.80 within
   M = 30. Open and swept: eta (item 1) and whether the C = 5 projection applies to
-  the CNN (item 12: ``client.clip_mode`` ``param_l2`` or ``none``).
+  the CNN (item 12: ``client.clip_mode`` ``param_l2``, the ball around the global
+  model ``update_l2``, or ``none``; only the first two bound an upload, so the DP
+  Figs. 8/10 take the best of those, fig8_10_cnn.py).
 
 Writes ``results/baseline_calibration.csv`` (one block per target) with
 ``baseline_calibration_{mlp,cnn}.png`` and the meta.json.
@@ -46,7 +48,8 @@ TARGETS = {
 }
 GRIDS = {
     "mlp": {"client.lr": [0.1, 0.3, 1.0, 3.0]},
-    "cnn": {"client.clip_mode": ["param_l2", "none"], "client.lr": [0.1, 0.5, 1.0, 2.0]},
+    "cnn": {"client.clip_mode": ["param_l2", "update_l2", "none"],
+            "client.lr": [0.1, 0.5, 1.0, 2.0]},
 }
 
 

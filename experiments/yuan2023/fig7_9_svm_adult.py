@@ -38,13 +38,13 @@ def svm_config(rounds: int):
   return cfg
 
 
-def plot(curve, group, label, name, title):
+def plot(curve, group, label, name, title, loss="hinge"):
   plt = common.plt()
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   for key, t in curve.groupby(group, sort=False):
     for ax, col in zip(axes, ("test_loss", "test_accuracy")):
       common.errorbar_plot(ax, t, "rounds", col, label(key))
-  axes[0].set_ylabel("final test loss (hinge)")
+  axes[0].set_ylabel(f"final test loss ({loss})")
   axes[1].set_ylabel("final test accuracy")
   for ax in axes:
     ax.set_xlabel("M (aggregations, tau=5)")

@@ -4,11 +4,15 @@ Algorithm 1 with the MNIST settings (U = 100, K = 10, tau = 5 full-batch steps,
 param_l2 projection to C = 5 on the whole parameter vector, eq. (8) with Delta_s =
 2C/|D_k|, delta = 1e-3) and the zoo's ``cnn_yuan`` (LeNet-5: conv 6@5 - pool - conv
 16@5 - pool - FC 120 - FC 84 - FC 10, the spec's recommendation; the paper gives
-no widths), eta = 0.1 (our choice).
+no widths). eta and the reading of the C-ball (spec 7.3 items 1 and 12) are the
+calibrated ones: the best no-DP setting of ``results/baseline_calibration.csv`` among
+the clip modes that bound an upload (``param_l2``: project the parameters, the MLP's
+reading; ``update_l2``: the ball around the global model). ``clip_mode=none``, which
+learns best without DP, bounds nothing and cannot carry noise (calibrate.py).
 
 REDUCED SCALE (2-core CPU shared with other jobs): ``--samples`` examples per client
 (default 50 instead of 600, so Delta_s = 0.2 and the noise is 12x the full-data one at
-equal eps), the M grid {5, 10, 20} and one seed.
+equal eps), the M grid {5, 10, 20, 30} and one seed.
 
 * Fig. 8: eps = 10, the five theta, M grid (one sweep per dataset);
 * Fig. 10: theta = 1.05, eps in {5, 10, 20, inf} (one sweep per dataset).
@@ -28,9 +32,14 @@ import argparse
 import time
 
 import common
+import pandas as pd
 from fig7_9_svm_adult import plot, with_m_star
 
-M_GRID = (5, 10, 20)
+from fedjax_dp import config as config_lib
+
+M_GRID = (5, 10, 20, 30)
+FIGURE = "Figs. 8/10 (LeNet-5/FMNIST, no DP)"   # the calibration block (calibrate.py)
+DP_CLIP_MODES = ("param_l2", "update_l2")
 EPSILONS = (5.0, 10.0, 20.0, float("inf"))
 
 
@@ -44,10 +53,29 @@ def cnn_config(dataset: str, rounds: int, samples: int):
   return cfg
 
 
+def calibrated_setting() -> str:
+  """The best no-DP setting of the calibration among :data:`DP_CLIP_MODES`, as its
+  ``key=value`` text (e.g. ``client.clip_mode=update_l2 client.lr=0.5``).
+
+  Raises:
+    SystemExit: no calibration block for the CNN yet (names the command).
+  """
+  path = common.RESULTS / "baseline_calibration.csv"
+  table = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["figure", "setting", "ours"])
+  rows = table[table["figure"] == FIGURE]
+  rows = rows[rows["setting"].str.contains("|".join(f"clip_mode={m}" for m in DP_CLIP_MODES))]
+  if rows.empty:
+    raise SystemExit(f"no calibrated CNN setting with a clip mode in {DP_CLIP_MODES} in "
+                     f"{path}: run `python experiments/yuan2023/calibrate.py --only cnn` first")
+  return str(rows.loc[rows["ours"].idxmax(), "setting"])
+
+
 def run_dataset(dataset: str, seeds: int, samples: int, m_grid) -> None:
-  cols = ["test_loss", "test_accuracy", "epsilon_claimed"]
+  cols = ["test_loss", "test_accuracy", "epsilon_claimed", "epsilon_certified"]
   mx = max(m_grid)
-  cfg = cnn_config(dataset, mx, samples)
+  setting = calibrated_setting()
+  print(f"LeNet-5 at the calibrated setting {setting}", flush=True)
+  cfg = config_lib.override(cnn_config(dataset, mx, samples), setting.split())
   df = common.final_rows(common.run_grid(
       cfg, {"rounds": list(m_grid), "schedule.theta": list(common.THETAS),
             "seed": common.seeds(seeds)}, f"fig8_{dataset}_n{samples}", [f"eval.every={mx}"]))
@@ -55,7 +83,8 @@ def run_dataset(dataset: str, seeds: int, samples: int, m_grid) -> None:
   common.write(curve, f"fig8_cnn_{dataset}")
   print(curve[curve["rounds"] == curve["m_star"]].to_string(index=False))
   plot(curve, "schedule.theta", common.label, f"fig8_cnn_{dataset}",
-       f"Yuan Fig. 8: LeNet-5/{dataset}, eps=10, {samples}/client, {seeds} seed(s)")
+       f"Yuan Fig. 8: LeNet-5/{dataset}, eps=10, {samples}/client, {seeds} seed(s), {setting}",
+       loss="cross-entropy")
   df = common.final_rows(common.run_grid(
       cfg, {"rounds": list(m_grid), "privacy.epsilon": list(EPSILONS),
             "seed": common.seeds(seeds)}, f"fig10_{dataset}_n{samples}",
@@ -65,7 +94,8 @@ def run_dataset(dataset: str, seeds: int, samples: int, m_grid) -> None:
   print(curve[curve["rounds"] == curve["m_star"]].to_string(index=False))
   plot(curve, "privacy.epsilon", lambda e: "no DP" if e == float("inf") else f"eps={e:g}",
        f"fig10_cnn_{dataset}",
-       f"Yuan Fig. 10: LeNet-5/{dataset}, theta=1.05, {samples}/client, {seeds} seed(s)")
+       f"Yuan Fig. 10: LeNet-5/{dataset}, theta=1.05, {samples}/client, {seeds} seed(s), "
+       f"{setting}", loss="cross-entropy")
 
 
 def main(argv=None):
@@ -84,7 +114,7 @@ def main(argv=None):
           "Run `FEDJAX_DP_CIFAR10=/path/to/cifar-10-batches-py python "
           "experiments/yuan2023/fig8_10_cnn.py` where the data is.")
   common.save_meta("fig8_10_cnn", start, seeds=args.seeds, samples=args.samples, m_grid=m_grid,
-                   cifar10=bool(common.CIFAR_DIR))
+                   cifar10=bool(common.CIFAR_DIR), setting=calibrated_setting())
 
 
 if __name__ == "__main__":

@@ -245,6 +245,10 @@ def _yuan_laplace_claimed(plan: PrivacyPlan, state: AccountantState) -> float:
 # Yuan et al.'s formulas: the noise from the paper's Delta_s = 2 C / |D_k|, the claim in
 # it too; the certified epsilon uses the plan's true sensitivity (param_l2: 2 C, L1
 # 2 C sqrt(d)). They need Algorithm 1 (upload, param_l2; make_privacy_plan checks).
+# update_l2 is the other reading of Algorithm 1's C-ball (spec 7.3 item 12: whether the
+# CNN's parameters are projected is open): the upload lies in the ball of radius C
+# around the shared global model instead of around 0, the same true sensitivity 2 C
+# (update_l2's docstring proves it), so the certified column holds for it too.
 YUAN_FORMULAS = {"yuan_eq8": "gaussian", "yuan_eq8_corrected": "gaussian",
                  "yuan_laplace": "laplace", "yuan_laplace_matched": "laplace"}
 
@@ -266,7 +270,7 @@ FORMULAS: dict[str, Formula] = {
 FU_FORMULAS = {"fu_thm1": "laplace", "fu_thm2": "gaussian"}
 # The clip modes each paper's formulas are written for (their sensitivity Delta_s / Xi).
 FU_CLIP_MODES = ("step_grad_l1", "step_grad_l2")
-YUAN_CLIP_MODES = ("param_l2",)
+YUAN_CLIP_MODES = ("param_l2", "update_l2")
 DEFAULT_FORMULA = "calibrated"
 
 
@@ -905,7 +909,8 @@ def _claimed_sensitivity(cfg, counts: np.ndarray, lrs: np.ndarray) -> np.ndarray
   if formula in YUAN_FORMULAS and placement != "none":
     if placement != "upload" or cfg.client.clip_mode not in YUAN_CLIP_MODES:
       raise ValueError(f"privacy.formula={formula!r} is Yuan et al.'s Algorithm 1: it needs "
-                       f"privacy.placement='upload' and client.clip_mode='param_l2' (got "
+                       f"privacy.placement='upload' and client.clip_mode in "
+                       f"{', '.join(YUAN_CLIP_MODES)} (got "
                        f"{placement!r}, {cfg.client.clip_mode!r})")
     if cfg.privacy.mechanism != YUAN_FORMULAS[formula]:
       raise ValueError(f"privacy.formula={formula!r} calibrates "
