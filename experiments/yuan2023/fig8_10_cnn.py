@@ -63,7 +63,8 @@ def calibrated_setting() -> str:
   path = common.RESULTS / "baseline_calibration.csv"
   table = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["figure", "setting", "ours"])
   rows = table[table["figure"] == FIGURE]
-  rows = rows[rows["setting"].str.contains("|".join(f"clip_mode={m}" for m in DP_CLIP_MODES))]
+  bounded = "|".join(f"clip_mode={m}" for m in DP_CLIP_MODES)
+  rows = rows[rows["setting"].str.contains(bounded)]
   if rows.empty:
     raise SystemExit(f"no calibrated CNN setting with a clip mode in {DP_CLIP_MODES} in "
                      f"{path}: run `python experiments/yuan2023/calibrate.py --only cnn` first")

@@ -962,8 +962,8 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   # correlated_strategy -> check_correlated already refused b > P and unbanded strategies.
   sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
       clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
-      mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism, minibatch=minibatch, num_params=num_params, q=q,
-      cfg=cfg))
+      mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism,
+      minibatch=minibatch, num_params=num_params, q=q, cfg=cfg))
   _check_laplace(cfg, mode, eps)
   claimed_sens = _claimed_sensitivity(cfg, counts, lrs)
   plan = PrivacyPlan(
