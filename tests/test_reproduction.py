@@ -32,7 +32,6 @@ LEGACY_META = {
     "experiments/yuan2023/results/fig3_table2_n100_meta.json",
     "experiments/yuan2023/results/fig4_epsilon_n100_meta.json",
     "experiments/yuan2023/results/fig5_6_refinement_n100_meta.json",
-    "experiments/yuan2023/results/fig8_10_cnn_meta.json",
 }
 
 
