@@ -95,10 +95,16 @@ def predicted(consts, eta, dim, m_max: int, samples: int) -> list[dict]:
   for theta in common.THETAS:
     for version in yuan.VERSIONS:
       for scale, scale_name in ((1.0, "paper"), (dim / common.K, "d/K")):
-        co = yuan.coefficients(consts, eta=eta, epsilon=common.EPS, delta=common.DELTA,
-                               q=common.Q, sensitivity=common.paper_sensitivity(samples), num_clients=common.U,
-                               clients_per_round=common.K, theta=theta, version=version,
-                               noise_scale=scale)
+        row = {"theta": theta, "version": version, "noise_scale": scale_name}
+        try:
+          co = yuan.coefficients(consts, eta=eta, epsilon=common.EPS, delta=common.DELTA,
+                                 q=common.Q, sensitivity=common.paper_sensitivity(samples),
+                                 num_clients=common.U, clients_per_round=common.K,
+                                 theta=theta, version=version, noise_scale=scale)
+        except ValueError as e:   # Theorem 3's A outside (0, 1): no bound, no prediction
+          out.append({**row, "contraction_A": float("nan"), "m_star_bisection": f"void ({e})",
+                      "m_star_exhaustive": None, "m_star_tau5": None})
+          continue
         try:
           bis = yuan.optimal_aggregations_int(total, co)
         except (ValueError, ArithmeticError) as e:   # no sign change: report, do not guess
@@ -108,8 +114,7 @@ def predicted(consts, eta, dim, m_max: int, samples: int) -> list[dict]:
         # bound (12) minimised over the integers 1..M_max.
         ms = np.arange(1, m_max + 1)
         tau5 = int(ms[np.argmin([float(yuan.bound(m, common.TAU, co)) for m in ms])])
-        out.append({"theta": theta, "version": version, "noise_scale": scale_name,
-                    "contraction_A": co.contraction,
+        out.append({**row, "contraction_A": co.contraction,
                     "m_star_bisection": bis, "m_star_exhaustive": int(exh),
                     "m_star_tau5": tau5})
   return out
