@@ -25,11 +25,6 @@ LEGACY_META = {
     "experiments/fu2023/results/fig4_cnn_T_snr_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_writers_meta.json",
     "experiments/wei2021/results/compare_strong_q1_meta.json",
-    "experiments/yuan2023/results/equal_certified_n100_meta.json",
-    "experiments/yuan2023/results/fig2_theta_per_round_n100_meta.json",
-    "experiments/yuan2023/results/fig3_table2_n100_meta.json",
-    "experiments/yuan2023/results/fig4_epsilon_n100_meta.json",
-    "experiments/yuan2023/results/fig5_6_refinement_n100_meta.json",
 }
 
 
