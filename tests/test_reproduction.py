@@ -23,7 +23,6 @@ LEGACY_META = {
     "experiments/fu2023/results/fig4_cnn_T_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_snr_meta.json",
     "experiments/fu2023/results/fig4_cnn_T_writers_meta.json",
-    "experiments/wei2021/results/compare_strong_q1_meta.json",
 }
 
 
