@@ -35,23 +35,3 @@ def pytest_xdist_auto_num_workers(config):  # pylint: disable=unused-argument
   except (ValueError, OSError, AttributeError):  # no sysconf (Windows): cores alone
     memory_gb = float("inf")
   return int(max(1, min(os.cpu_count() or 1, 4, memory_gb // 5)))
-
-
-
-# The suite's longest tests (15-40 s each on 2 cores, `pytest --durations=15`) run first:
-# with ``--dist worksteal`` a worker that finishes early steals from the end of the
-# other's queue, so the last minute is made of short tests and neither worker idles
-# while the other finishes a long one. Order only: every test is independent.
-_LONG_FIRST = ("test_sharding.py::test_eight_devices_match_one",
-               "test_notebooks.py::test_notebook_runs", "test_checkpoint.py::test_sigkill", "test_audit.py::test_broken_variants",
-               "test_gpu_suite.py::test_quick_suite", "test_reproduction.py::test_smoke_figure",
-               "test_conv_round.py::test_im2col", "test_cli_and_config.py::test_wei_config_builds")
-
-
-def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
-  """Moves the tests of :data:`_LONG_FIRST` to the front, keeping the order within each
-  group."""
-  def is_long(item):
-    name = item.nodeid.split("/")[-1]
-    return any(name.startswith(prefix) for prefix in _LONG_FIRST)
-  items[:] = [i for i in items if is_long(i)] + [i for i in items if not is_long(i)]
