@@ -125,22 +125,34 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
   paper's number, and the chosen (best) point.
 
   Args:
-    rows: the sweep's rows (one per point and round).
+    rows: the sweep's rows (one per point and round). With a ``seed`` column that is
+      not a grid key, each grid point's seeds are averaged (:func:`calibrate`'s
+      ``seeds``).
     grid: the grid swept (its keys are ``rows``' setting columns).
     target: what the paper reports.
 
   Returns:
     Columns ``paper, figure, metric, direction, paper_value, ours, setting, rounds,
-    reaches, chosen``, in grid order.
+    reaches, chosen``, in grid order; over several seeds ``ours`` is their mean, and
+    ``ours_std`` (sample std) and ``seeds`` follow ``ours``. The choice and ``reaches``
+    go by the mean: a setting that trains in one seed and fails in another is not
+    chosen over one that trains in all.
   """
   fin = repro.final_rows(rows)
-  ours = pd.to_numeric(fin[target.metric], errors="coerce")
+  fin["setting"] = [setting_text({k: r[k] for k in grid}) for _, r in fin.iterrows()]
+  fin["ours"] = pd.to_numeric(fin[target.metric], errors="coerce")
+  replicated = "seed" in fin.columns and "seed" not in grid and fin["seed"].nunique() > 1
+  if replicated:
+    g = fin.groupby("setting", sort=False)
+    fin = pd.DataFrame({"ours": g["ours"].mean(), "ours_std": g["ours"].std(),
+                        "seeds": g["ours"].count(), "round": g["round"].max()}).reset_index()
   table = pd.DataFrame({
       "paper": target.paper, "figure": target.figure, "metric": target.metric,
       "direction": target.direction, "paper_value": target.paper_value,
-      "ours": ours.to_numpy(),
-      "setting": [setting_text({k: r[k] for k in grid}) for _, r in fin.iterrows()],
-      "rounds": fin["round"].to_numpy()})
+      "ours": fin["ours"].to_numpy()})
+  if replicated:
+    table["ours_std"], table["seeds"] = fin["ours_std"].to_numpy(), fin["seeds"].to_numpy()
+  table["setting"], table["rounds"] = fin["setting"].to_numpy(), fin["round"].to_numpy()
   table["reaches"] = [target.reached(float(v)) for v in table["ours"]]
   score = table["ours"] if target.direction == "higher" else -table["ours"]
   table["chosen"] = False
@@ -150,7 +162,8 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
 
 
 def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
-              out_dir: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              out_dir: str | Path | None = None, seeds: int = 1
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
   """Runs the calibration sweep and tabulates it.
 
   Args:
@@ -159,6 +172,9 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
     target: the paper's number (:class:`Target`).
     out_dir: the sweep's run directory (finished points are read back); None keeps
       everything in memory.
+    seeds: seeds per grid point (0 .. seeds - 1, in the same batched sweep); the
+      table averages them. More than one where a setting near the edge of stability
+      trains in some seeds and not in others.
 
   Returns:
     (:func:`calibration_table`, the sweep's rows).
@@ -169,7 +185,11 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
   """
   check_grid(target.paper, grid, target.stated)
   check_non_private(cfg)
-  rows = pd.DataFrame(repro.run_sweep(cfg, grid, None if out_dir is None else str(out_dir)))
+  if seeds < 1 or "seed" in grid:
+    raise config_lib.ConfigError(f"calibrate: seeds must be >= 1 and not a grid key "
+                                 f"(got seeds={seeds}, grid keys {sorted(grid)})")
+  swept = {**grid, "seed": list(range(seeds))} if seeds > 1 else grid
+  rows = pd.DataFrame(repro.run_sweep(cfg, swept, None if out_dir is None else str(out_dir)))
   return calibration_table(rows, grid, target), rows
 
 
@@ -210,17 +230,20 @@ def merge_table(path: Path, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_calibration(ax, rows: pd.DataFrame, table: pd.DataFrame, grid, target: Target) -> None:
-  """Every point's metric against the round (the chosen one bold), and the paper's
-  number as a dashed line."""
-  ev = rows[rows[target.metric].notna()]
-  for (_, t), setting, chosen in zip(ev.groupby("point", sort=False), table["setting"],
-                                     table["chosen"]):
-    ax.plot(t["round"], t[target.metric], lw=2.5 if chosen else 1,
+  """Every setting's metric against the round (the mean over seeds; the chosen one
+  bold), and the paper's number as a dashed line."""
+  ev = rows[rows[target.metric].notna()].copy()
+  ev["setting"] = [setting_text({k: r[k] for k in grid}) for _, r in ev.iterrows()]
+  curves = ev.groupby(["setting", "round"], sort=False)[target.metric].mean()
+  for setting, chosen in zip(table["setting"], table["chosen"]):
+    t = curves.loc[setting]
+    ax.plot(t.index, t.to_numpy(), lw=2.5 if chosen else 1,
             alpha=1 if chosen else 0.6, label=setting + (" (chosen)" if chosen else ""))
+  seeds = f", mean of {int(table['seeds'].iloc[0])} seeds" if "seeds" in table else ""
   ax.axhline(target.paper_value, ls="--", color="k", label=f"paper: {target.paper_value:g}")
   ax.set_xlabel("round")
   ax.set_ylabel(target.metric)
-  ax.set_title(f"{target.paper} {target.figure}: eps = inf calibration", fontsize=9)
+  ax.set_title(f"{target.paper} {target.figure}: eps = inf calibration{seeds}", fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=6)
 

@@ -71,6 +71,21 @@ def test_table_marks_the_best_point_and_which_reach_the_paper():
   assert not cs.Target("p", "f", "test_loss", 1.0).reached(math.nan)
 
 
+def test_seeds_are_averaged_and_a_setting_that_fails_in_one_seed_is_not_chosen():
+  # lr 1.0 is the best single run (0.97) but stays at chance in its other seed (the
+  # bimodal edge of stability); lr 0.5 trains in both and is chosen by the mean.
+  runs = [(0.5, 0, 0.90), (0.5, 1, 0.92), (1.0, 0, 0.97), (1.0, 1, 0.10)]
+  rows = pd.concat([_rows([(lr, acc)]).assign(seed=seed, point=f"{i:03d}")
+                    for i, (lr, seed, acc) in enumerate(runs)], ignore_index=True)
+  table = cs.calibration_table(rows, {"client.lr": [0.5, 1.0]}, TARGET)
+  assert table["setting"].tolist() == ["client.lr=0.5", "client.lr=1.0"]
+  assert table["ours"].tolist() == pytest.approx([0.91, 0.535])
+  assert table["ours_std"].tolist() == pytest.approx([0.0141421, 0.6151829], rel=1e-5)
+  assert table["seeds"].tolist() == [2, 2] and table["chosen"].tolist() == [True, False]
+  assert table["reaches"].tolist() == [True, False]
+  assert list(table.columns[5:9]) == ["ours", "ours_std", "seeds", "setting"]
+
+
 def test_merge_keeps_the_other_figures_rows(tmp_path):
   path = tmp_path / "baseline_calibration.csv"
   a = cs.calibration_table(_rows([(0.1, 0.85)]), {"client.lr": [0.1]}, TARGET)
@@ -95,3 +110,20 @@ def test_one_small_calibration_sweep(tmp_path):
   assert (tmp_path / "cal.png").is_file()
   assert pd.read_csv(tmp_path / "baseline_calibration.csv")["setting"].tolist() == [
       "client.lr=0.1", "client.lr=0.5"]
+
+
+def test_a_calibration_over_seeds_sweeps_each_point_per_seed(tmp_path):
+  cfg = config_lib.override(config_lib.load_config("quickstart"),
+                            ["privacy.epsilon=inf", "rounds=2", "progress=false"])
+  target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
+  table, rows = cs.calibrate(cfg, {"client.lr": [0.1, 0.5]}, target, seeds=2)
+  assert rows["point"].nunique() == 4 and sorted(set(rows["seed"])) == [0, 1]
+  fin = rows.dropna(subset=["test_accuracy"]).groupby("point").tail(1)
+  for setting, lr in zip(table["setting"], (0.1, 0.5)):
+    mine = fin[fin["client.lr"] == lr]["test_accuracy"]
+    assert table.set_index("setting").loc[setting, "ours"] == pytest.approx(mine.mean())
+  assert (table["seeds"] == 2).all()
+  cs.write_calibration(tmp_path, table, rows, {"client.lr": [0.1, 0.5]}, target, png="cal")
+  assert (tmp_path / "cal.png").is_file()
+  with pytest.raises(config_lib.ConfigError, match="seeds"):
+    cs.calibrate(cfg, {"client.lr": [0.1], "seed": [0, 1]}, target)

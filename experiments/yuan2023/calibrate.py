@@ -24,7 +24,7 @@ examples per client instead of the committed reduction to 50
 (:func:`fedjax_dp.calibration_sweep.run_control`) -> ``results/baseline_control.csv``.
 From the repository root::
 
-  nice -n 10 python experiments/yuan2023/calibrate.py
+  nice -n 10 python experiments/yuan2023/calibrate.py --seeds 3
   nice -n 10 python experiments/yuan2023/calibrate.py --controls
 """
 
@@ -91,6 +91,9 @@ def main(argv=None):
   ap.add_argument("--only", choices=list(TARGETS), nargs="*", default=list(TARGETS))
   ap.add_argument("--cnn-samples", type=int, default=50,
                   help="examples per client of the CNN (Figs. 8/10's reduction)")
+  ap.add_argument("--seeds", type=int, default=1,
+                  help="seeds per grid point, averaged (the CNN's settings near the edge "
+                       "of stability train in some seeds and not in others)")
   ap.add_argument("--controls", action="store_true",
                   help="run the control at the chosen CNN setting instead")
   args = ap.parse_args(argv)
@@ -102,13 +105,14 @@ def main(argv=None):
   for which in args.only:
     samples = 600 if which == "mlp" else args.cnn_samples
     cfg = base_config(which, samples)
-    table, rows = cs.calibrate(cfg, GRIDS[which], TARGETS[which],
-                               common.RUNS / f"calibration_{which}_n{samples}")
+    runs = f"calibration_{which}_n{samples}" + (f"_s{args.seeds}" if args.seeds > 1 else "")
+    table, rows = cs.calibrate(cfg, GRIDS[which], TARGETS[which], common.RUNS / runs,
+                               seeds=args.seeds)
     cs.write_calibration(common.RESULTS, table, rows, GRIDS[which], TARGETS[which],
                          png=f"baseline_calibration_{which}")
     print(table.to_string(index=False), flush=True)
   common.save_meta("baseline_calibration", start, only=args.only, grids=GRIDS,
-                   cnn_samples=args.cnn_samples)
+                   cnn_samples=args.cnn_samples, seeds=args.seeds)
 
 
 if __name__ == "__main__":
