@@ -5,7 +5,7 @@ subset of n test images; this re-scores each run's final ``model.msgpack`` on al
 them, so the reported accuracy does not rest only on the subset that drove the decay.
 Writes ``results/<name>_fulltest.csv``. Run from the repository root::
 
-  python experiments/adpfl2022/full_test.py table2_cnn_adpfl_mnist_k10_test2000
+  python experiments/adpfl2022/full_test.py table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from fedjax_dp.training import engine
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("name", help="results name of the Table 2 run, e.g. "
-                               "table2_cnn_adpfl_mnist_k10_test2000")
+                               "table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0")
   ap.add_argument("--dataset", default="mnist")
   args = ap.parse_args(argv)
   run_root = common.RUNS / f"{args.name}_{args.dataset}"

@@ -11,10 +11,11 @@ FEDJAX_DP_CIFAR10 points at the data. Run from the repository root::
   python experiments/adpfl2022/table2.py --seeds 3
 
 The paper's CNN, evaluated (and its decay scored) every round on a fixed subset of
-2000 test images, which keeps a round affordable on a CPU; the files carry the
-model, K and subset in their names (``results/table2_cnn_adpfl_mnist_k10_test2000*``)::
+2000 test images, which keeps a round affordable on a CPU, with one local epoch (3
+steps, Table 1's reading before the calibration); the files carry the model, K, subset
+and local steps in their names (``results/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0*``)::
 
-  python experiments/adpfl2022/table2.py --model cnn_adpfl_mnist --seeds 3 --test-samples 2000
+  python experiments/adpfl2022/table2.py --model cnn_adpfl_mnist --seeds 3 --test-samples 2000 --local-steps 0
 """
 
 from __future__ import annotations
