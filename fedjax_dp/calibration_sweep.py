@@ -119,6 +119,11 @@ def setting_text(values: Mapping[str, Any]) -> str:
   return " ".join(f"{k}={v}" for k, v in values.items())
 
 
+def _settings(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> list[str]:
+  """The :func:`setting_text` of every row of ``df`` over the grid's keys."""
+  return [setting_text(r) for r in df[list(grid)].to_dict("records")]
+
+
 def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], target: Target
                       ) -> pd.DataFrame:
   """One row per grid point: its metric after the last round, whether it reaches the
@@ -139,7 +144,7 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
     chosen over one that trains in all.
   """
   fin = repro.final_rows(rows)
-  fin["setting"] = [setting_text({k: r[k] for k in grid}) for _, r in fin.iterrows()]
+  fin["setting"] = _settings(fin, grid)
   fin["ours"] = pd.to_numeric(fin[target.metric], errors="coerce")
   replicated = "seed" in fin.columns and "seed" not in grid and fin["seed"].nunique() > 1
   if replicated:
@@ -233,7 +238,7 @@ def plot_calibration(ax, rows: pd.DataFrame, table: pd.DataFrame, grid, target: 
   """Every setting's metric against the round (the mean over seeds; the chosen one
   bold), and the paper's number as a dashed line."""
   ev = rows[rows[target.metric].notna()].copy()
-  ev["setting"] = [setting_text({k: r[k] for k in grid}) for _, r in ev.iterrows()]
+  ev["setting"] = _settings(ev, grid)
   curves = ev.groupby(["setting", "round"], sort=False)[target.metric].mean()
   for setting, chosen in zip(table["setting"], table["chosen"]):
     t = curves.loc[setting]
