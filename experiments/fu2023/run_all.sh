@@ -12,12 +12,14 @@ python $F/fig3_lr_T.py                       # Fig. 3 + Table II
 python $F/fig5_lr_E.py                       # Fig. 5 + Table III (+ E up to 120)
 python $F/fig7_lr_rule.py                    # Fig. 7
 python $F/compare_mechanisms.py              # Laplace vs Gaussian, claimed and certified eps
-python $F/fig4_cnn_T.py                      # Fig. 4 (reduced: N = 1,600, b = 160; T up to 500)
+python $F/fig4_cnn_T.py --clients 1600 --per-round 160 --rounds 10,20,50,100 --epsilons 10,20,30,inf \
+  --seeds 5                                  # Fig. 4 (reduced: N = 1,600, b = 160; T up to 500)
 python $F/fig4_signal.py                     # Fig. 4: signal per round, one-image vs writer clients
-python $F/fig4_cnn_T.py --epsilons 51,118,195 --name fig4_cnn_T_snr \
+python $F/fig4_cnn_T.py --clients 1600 --per-round 160 --rounds 10,20,50,100 --epsilons 51,118,195 \
+  --seeds 5 --name fig4_cnn_T_snr \
   --note "noise set to the paper's per-round signal-to-noise at its eps = 10, 20, 30 (fig4_signal.py)"   # Fig. 4 at the paper's signal-to-noise
 python $F/fig2_cnn_epsilon.py                # Fig. 2 (reduced federation, the paper's T = 250)
-python $F/fig6_cnn_E.py --total 24 --e-grid 1,4,12,24 --epsilons 10,30,inf      # Fig. 6 + Table IV (reduced)
+python $F/fig6_cnn_E.py --total 240 --e-grid 1,2,4,12,24 --epsilons 10,30,inf --seeds 1   # Fig. 6 + Table IV (reduced federation, the paper's T = 240)
 python $F/fig4_cnn_T.py --clients 160 --per-round 16 --samples 20 --size-sigma 0 --rounds 10,50,100 \
   --epsilons 74,179,300 --seeds 4 --name fig4_cnn_T_writers \
   --note "20-image writer clients; noise at the paper's signal-to-noise for its eps = 10, 20, 30"   # Fig. 4, 20-image writers at the paper's signal-to-noise
