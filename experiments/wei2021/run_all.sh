@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 W=experiments/wei2021
 python $W/calibrate.py                                             # eps = inf calibration, paper regime
 python $W/fig2_moment_bound.py
-python $W/compare_methods.py --q 1 --seeds 3                       # Figs. 5, 8a, 9a, 10a
+python $W/compare_methods.py --q 1                                 # Figs. 5, 8a, 9a, 10a (3 seeds, the default)
 python $W/compare_methods.py --q 1 --regime strong --seeds 3       # same, |D_i| = 25
 python $W/fig4_svm_loss_vs_T.py --seeds 3
 python $W/theory_tstar.py                                          # after Figs. 4 and 5
