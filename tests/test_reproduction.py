@@ -71,7 +71,7 @@ def test_smoke_figure_regenerates_identically(script, tmp_path, compile_cache):
 
 
 def test_every_committed_meta_names_a_commit():
-  metas = sorted(p.relative_to(ROOT).as_posix() for p in EXPERIMENTS.glob("*/results/*_meta.json"))
+  metas = sorted(p.relative_to(ROOT).as_posix() for p in EXPERIMENTS.glob("*/results/**/*_meta.json"))
   missing = [m for m in metas if not re.fullmatch(
       r"[0-9a-f]{40}", str(json.loads((ROOT / m).read_text()).get("commit", "")))]
   assert missing == [], "meta.json without a clean commit"
