@@ -64,6 +64,10 @@ class Target(NamedTuple):
     paper_value: the paper's number.
     stated: settings the paper states for this figure only, beside the paper's
       :data:`STATED` ones (e.g. full-batch GD for the MLP, not for the CNN).
+    reference_only: ``key=value`` settings the grid shows for comparison but the DP
+      figures cannot run at, so a point holding one is never chosen (e.g.
+      ``client.clip_mode=none``: it bounds no upload, so no noise can be calibrated
+      to it; the row shows what the bound costs).
   """
 
   paper: str
@@ -71,6 +75,7 @@ class Target(NamedTuple):
   metric: str
   paper_value: float
   stated: tuple[str, ...] = ()
+  reference_only: tuple[str, ...] = ()
 
   @property
   def direction(self) -> str:
@@ -127,7 +132,8 @@ def _settings(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> list[str]:
 def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], target: Target
                       ) -> pd.DataFrame:
   """One row per grid point: its metric after the last round, whether it reaches the
-  paper's number, and the chosen (best) point.
+  paper's number, and the chosen point: the best one without a ``target.reference_only``
+  setting.
 
   Args:
     rows: the sweep's rows (one per point and round). With a ``seed`` column that is
@@ -160,6 +166,8 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
   table["setting"], table["rounds"] = fin["setting"].to_numpy(), fin["round"].to_numpy()
   table["reaches"] = [target.reached(float(v)) for v in table["ours"]]
   score = table["ours"] if target.direction == "higher" else -table["ours"]
+  runnable = [not set(target.reference_only) & set(s.split()) for s in table["setting"]]
+  score = score.where(runnable)
   table["chosen"] = False
   if score.notna().any():
     table.loc[score.idxmax(), "chosen"] = True

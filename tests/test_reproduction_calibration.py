@@ -86,6 +86,20 @@ def test_seeds_are_averaged_and_a_setting_that_fails_in_one_seed_is_not_chosen()
   assert list(table.columns[5:9]) == ["ours", "ours_std", "seeds", "setting"]
 
 
+def test_a_reference_only_setting_is_shown_but_never_chosen():
+  # No bound on the upload trains best, but no noise can be calibrated to it: the DP
+  # figures run at the best bounded point.
+  grid = {"client.clip_mode": ["update_l2", "none"]}
+  rows = pd.concat([_rows([(0.5, acc)]).assign(**{"client.clip_mode": mode}, point=f"{i:03d}")
+                    for i, (mode, acc) in enumerate([("update_l2", 0.66), ("none", 0.69)])],
+                   ignore_index=True).drop(columns="client.lr")
+  target = TARGET._replace(reference_only=("client.clip_mode=none",))
+  table = cs.calibration_table(rows, grid, target)
+  assert table["setting"].tolist() == ["client.clip_mode=update_l2", "client.clip_mode=none"]
+  assert table["chosen"].tolist() == [True, False]
+  assert cs.calibration_table(rows, grid, TARGET)["chosen"].tolist() == [False, True]
+
+
 def test_merge_keeps_the_other_figures_rows(tmp_path):
   path = tmp_path / "baseline_calibration.csv"
   a = cs.calibration_table(_rows([(0.1, 0.85)]), {"client.lr": [0.1]}, TARGET)

@@ -54,21 +54,23 @@ def cnn_config(dataset: str, rounds: int, samples: int):
 
 
 def calibrated_setting() -> str:
-  """The best no-DP setting of the calibration among :data:`DP_CLIP_MODES`, as its
-  ``key=value`` text (e.g. ``client.clip_mode=update_l2 client.lr=0.5``).
+  """The chosen no-DP setting of the calibration (``calibrate.py`` chooses among
+  :data:`DP_CLIP_MODES` only), as its ``key=value`` text (e.g.
+  ``client.clip_mode=update_l2 client.lr=0.5``).
 
   Raises:
-    SystemExit: no calibration block for the CNN yet (names the command).
+    SystemExit: no chosen CNN setting with a clip mode in :data:`DP_CLIP_MODES` yet
+      (names the command).
   """
   path = common.RESULTS / "baseline_calibration.csv"
-  table = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["figure", "setting", "ours"])
-  rows = table[table["figure"] == FIGURE]
+  table = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["figure", "setting", "chosen"])
+  rows = table[(table["figure"] == FIGURE) & table["chosen"].astype(bool)]
   bounded = "|".join(f"clip_mode={m}" for m in DP_CLIP_MODES)
   rows = rows[rows["setting"].str.contains(bounded)]
   if rows.empty:
-    raise SystemExit(f"no calibrated CNN setting with a clip mode in {DP_CLIP_MODES} in "
+    raise SystemExit(f"no chosen CNN setting with a clip mode in {DP_CLIP_MODES} in "
                      f"{path}: run `python experiments/yuan2023/calibrate.py --only cnn` first")
-  return str(rows.loc[rows["ours"].idxmax(), "setting"])
+  return str(rows["setting"].iloc[0])
 
 
 def run_dataset(dataset: str, seeds: int, samples: int, m_grid) -> None:
