@@ -47,11 +47,16 @@ def main(argv=None):
   ap.add_argument("--name", default="fig4_cnn_T",
                   help="results/<name>.* (and runs/fu2023/<name>) for a variant run")
   ap.add_argument("--note", default="", help="a line added to the plot's title")
+  ap.add_argument("--client-chunk", type=int, default=0,
+                  help="server.client_chunk: 0 = all b clients at once (the CPU runs), "
+                       "-1 = the largest chunk that fits the device's free memory (a GPU "
+                       "at the paper's b = 350: each client holds its own copy of the "
+                       "6.4M-parameter CNN while it trains)")
   args = ap.parse_args(argv)
   start = common.now()
   cfg = common.cnn_config(num_clients=args.clients, clients_per_round=args.per_round,
                           samples_per_client=args.samples, size_sigma=args.size_sigma,
-                          lr=args.lr)
+                          lr=args.lr, client_chunk=args.client_chunk)
   cfg.name = "fu_fig4"
   rows = common.repro.run_sweep(cfg, {"rounds": [int(r) for r in args.rounds.split(",")],
                                       "privacy.epsilon": [float(e) for e in
@@ -76,7 +81,8 @@ def main(argv=None):
   print(verdicts.to_string())
   common.save_meta(args.name, start, seeds=args.seeds, clients=args.clients,
                    per_round=args.per_round, samples=args.samples,
-                   size_sigma=args.size_sigma, lr=args.lr, rounds=args.rounds)
+                   size_sigma=args.size_sigma, lr=args.lr, rounds=args.rounds,
+                   client_chunk=args.client_chunk)
 
 
 if __name__ == "__main__":
