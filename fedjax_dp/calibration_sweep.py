@@ -249,7 +249,9 @@ def plot_calibration(ax, rows: pd.DataFrame, table: pd.DataFrame, grid, target: 
   ev["setting"] = _settings(ev, grid)
   curves = ev.groupby(["setting", "round"], sort=False)[target.metric].mean()
   for setting, chosen in zip(table["setting"], table["chosen"]):
-    t = curves.loc[setting]
+    # A script may append settings it fixed before the sweep to the label (Wei's clip
+    # C from the median rule): the curves are keyed by the grid's settings alone.
+    t = curves.loc[" ".join(o for o in parse_setting(setting) if o.split("=", 1)[0] in grid)]
     ax.plot(t.index, t.to_numpy(), lw=2.5 if chosen else 1,
             alpha=1 if chosen else 0.6, label=setting + (" (chosen)" if chosen else ""))
   seeds = f", mean of {int(table['seeds'].iloc[0])} seeds" if "seeds" in table else ""

@@ -141,3 +141,16 @@ def test_a_calibration_over_seeds_sweeps_each_point_per_seed(tmp_path):
   assert (tmp_path / "cal.png").is_file()
   with pytest.raises(config_lib.ConfigError, match="seeds"):
     cs.calibrate(cfg, {"client.lr": [0.1], "seed": [0, 1]}, target)
+
+
+def test_the_plot_finds_each_curve_when_a_fixed_setting_is_appended_to_the_label(tmp_path):
+  # Wei's calibrate.py appends the clip C it fixed by the median rule before the sweep
+  # ("client.lr=0.5 client.clip=5.521"); the plot must still find the grid's curve.
+  grid = {"client.lr": [0.1, 0.5]}
+  rows = _rows([(0.1, 0.85), (0.5, 0.95)])
+  table = cs.calibration_table(rows, grid, TARGET)
+  table["setting"] = table["setting"] + " client.clip=5.521"
+  cs.write_calibration(tmp_path, table, rows, grid, TARGET, png="cal")
+  assert (tmp_path / "cal.png").is_file()
+  assert pd.read_csv(tmp_path / "baseline_calibration.csv")["setting"].tolist() == [
+      "client.lr=0.1 client.clip=5.521", "client.lr=0.5 client.clip=5.521"]
