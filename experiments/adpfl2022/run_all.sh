@@ -13,7 +13,7 @@ python $A/calibrate.py --controls          # its controls (eta 0.2, IID)
 python $A/table2.py --seeds 3              # Table 2 (MNIST IID / non-IID; CIFAR-10 skips)
 python $A/table2.py --local-steps 0 --seeds 3  # LeNet-5 at one local epoch (3 steps): stays on the loss plateau
 python $A/fig5_sigma.py                    # Fig. 5, from Table 2's runs
-python $A/fig5_alpha.py --seeds 2 --model mlp_784_256_10 --local-steps 0   # Fig. 5 as the target of alpha (alpha x spacing grid; MLP)
+python $A/fig5_alpha.py --seeds 1                # Fig. 5 as the target of alpha (alpha x spacing grid)
 python $A/fig4_ablation.py --seeds 3        # Fig. 4 and the ablation
 python $A/equal_epsilon.py --seeds 3        # the methods at equal certified epsilon
 python $A/fig6_k.py --seeds 3                                       # Fig. 6
