@@ -13,7 +13,7 @@ python $W/fig4_svm_loss_vs_T.py --seeds 3
 python $W/theory_tstar.py                                          # after Figs. 4 and 5
 python $W/fig12_13_noniid_unbalanced.py --setting noniid --seeds 3
 python $W/fig12_13_noniid_unbalanced.py --setting unbalanced --seeds 3
-python $W/fig14_15_beta.py --seeds 1 --epsilons 4,12
+python $W/fig14_15_beta.py --seeds 3 --epsilons 4,12
 python $W/compare_methods.py --q 0.6 --seeds 3                     # Figs. 6, 8b, 9b, 10b
 python $W/compare_methods.py --q 1 --regime paper --seeds 1 --epsilons 4,20 --t-grid 50,100,200,300
 python $W/compare_methods.py --q 1 --regime paper --lr 2 --clip 5.525 --seeds 3 --epsilons 4,8,12,16,20 --t-grid 50,100,200 --tag _cal   # calibrated eta, C (3-point T grid)
