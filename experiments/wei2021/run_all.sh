@@ -19,5 +19,5 @@ python $W/compare_methods.py --q 1 --regime paper --seeds 1 --epsilons 4,20 --t-
 python $W/compare_methods.py --q 1 --regime paper --lr 2 --clip 5.525 --seeds 3 --epsilons 4,8,12,16,20 --t-grid 50,100,200 --tag _cal   # calibrated eta, C (3-point T grid)
 python $W/compare_methods.py --q 1 --regime paper --lr 2 --clip 5.525 --seeds 3 --tag _cal_full   # calibrated eta, C (full T grid)
 python $W/compare_methods.py --q 0.6 --regime paper --lr 2 --clip 5.525 --seeds 3 --tag _cal_full   # calibrated eta, C, K/U = 0.6 (Fig. 6)
-python $W/fig7_initial_T.py --seeds 1 --epsilons 4,20 --t0 100,200,300
+python $W/fig7_initial_T.py --seeds 3
 python $W/fig11_cifar.py                                           # skipped without CIFAR-10
