@@ -19,7 +19,7 @@ python $F/fig4_cnn_T.py --clients 1600 --per-round 160 --rounds 10,20,50,100 --e
   --seeds 5 --name fig4_cnn_T_snr \
   --note "noise set to the paper's per-round signal-to-noise at its eps = 10, 20, 30 (fig4_signal.py)"   # Fig. 4 at the paper's signal-to-noise
 python $F/fig2_cnn_epsilon.py                # Fig. 2 (reduced federation, the paper's T = 250)
-python $F/fig6_cnn_E.py --total 240 --e-grid 1,2,4,12,24 --epsilons 10,30,inf --seeds 1   # Fig. 6 + Table IV (reduced federation, the paper's T = 240)
+python $F/fig6_cnn_E.py   # Fig. 6 + Table IV (reduced federation, the paper's T = 240)
 python $F/fig4_cnn_T.py --clients 160 --per-round 16 --samples 20 --size-sigma 0 --rounds 10,50,100 \
   --epsilons 74,179,300 --seeds 4 --name fig4_cnn_T_writers \
   --note "20-image writer clients; noise at the paper's signal-to-noise for its eps = 10, 20, 30"   # Fig. 4, 20-image writers at the paper's signal-to-noise
