@@ -17,6 +17,6 @@ python $Y/fig5_6_refinement.py --seeds 3             # Figs. 5, 6 (after fig3_ta
 python $Y/fig5_6_refinement.py --seeds 3 --samples 100   # 6x-noise regime (after its fig3)
 python $Y/equal_certified.py --seeds 3               # theta at equal certified eps (after fig3_table2)
 python $Y/equal_certified.py --seeds 3 --samples 100   # 6x-noise regime
-python $Y/fig7_9_svm_adult.py --seeds 2              # Figs. 7, 9
+python $Y/fig7_9_svm_adult.py --seeds 5              # Figs. 7, 9
 python $Y/fig8_10_cnn.py --seeds 3                   # Figs. 8, 10 (after calibrate.py) (FMNIST; CIFAR-10 skips)
 # Table III (membership inference): experiments/yuan2023/table3_mia.py, see results/table3_mia.md
