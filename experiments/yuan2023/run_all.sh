@@ -11,7 +11,7 @@ python $Y/fig2_theta_per_round.py                    # Fig. 2 (+ Laplace, no DP;
 python $Y/fig3_table2.py --seeds 3                   # Fig. 3, Table II, predicted M*
 python $Y/fig2_theta_per_round.py --seeds 3 --samples 100   # 6x-noise regime (*_n100)
 python $Y/fig3_table2.py --seeds 3 --samples 100            # 6x-noise regime (*_n100)
-python $Y/fig4_epsilon.py                            # Fig. 4 (2 seeds)
+python $Y/fig4_epsilon.py --seeds 5                  # Fig. 4 (5 seeds)
 python $Y/fig4_epsilon.py --seeds 2 --samples 100    # 6x-noise regime
 python $Y/fig5_6_refinement.py --seeds 3             # Figs. 5, 6 (after fig3_table2)
 python $Y/fig5_6_refinement.py --seeds 3 --samples 100   # 6x-noise regime (after its fig3)
