@@ -130,8 +130,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *,
       :data:`EXPECTED_FILES`). When given, it is used and tensorflow-datasets is not
       tried. Ignored for ``digits``, which is embedded.
     cache: keep the two most recently loaded base datasets in memory, so loading MNIST
-      twice in a process is cheap. Cached arrays are read-only; the cache does not
-      notice files changing on disk (see :func:`clear_cache`).
+      twice in a process is cheap. Cached arrays are read-only; a file of ``data_dir``
+      that changed on disk (size or modification time) is read again.
 
   Returns:
     A :class:`Dataset` with float32 images in ``[0, 1]`` and int32 labels.
@@ -145,8 +145,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *,
   resolved = None if data_dir is None else os.path.abspath(os.fspath(data_dir))
   if base == "digits":
     resolved = None  # embedded; a data.dir set for other datasets must not matter here
-  loader = _load_base_cached if cache else _load_base
-  ds = loader(base, resolved)
+  ds = (_load_base_cached(base, resolved, _dir_stamp(resolved)) if cache
+        else _load_base(base, resolved))
   if positive is None:
     return ds
   return binary_labels(ds, positive, negative, name=name)
@@ -243,8 +243,26 @@ def _load_base(name: str, data_dir: str | None) -> Dataset:
   return _load_tfds(name)
 
 
+def _dir_stamp(data_dir: str | None) -> tuple | None:
+  """``(relative path, size, mtime_ns)`` of every file under ``data_dir``: the cache
+  key part that makes a changed file be read again (None: no directory)."""
+  if data_dir is None or not os.path.isdir(data_dir):
+    return None
+  stamp = []
+  for root, _, files in os.walk(data_dir):
+    for f in files:
+      try:
+        st = os.stat(os.path.join(root, f))
+      except OSError:
+        continue
+      stamp.append((os.path.relpath(os.path.join(root, f), data_dir), st.st_size,
+                    st.st_mtime_ns))
+  return tuple(sorted(stamp))
+
+
 @functools.lru_cache(maxsize=2)  # CIFAR-10 as float32 is ~740 MB: keep the cache small
-def _load_base_cached(name: str, data_dir: str | None) -> Dataset:
+def _load_base_cached(name: str, data_dir: str | None, stamp: tuple | None) -> Dataset:
+  del stamp  # part of the cache key only
   ds = _load_base(name, data_dir)
   for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.train_groups):
     if a is not None:

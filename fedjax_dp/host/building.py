@@ -19,6 +19,7 @@ import numpy as np
 
 from fedjax_dp import config as config_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
+from fedjax_dp.data.fingerprint import dataset_fingerprint
 from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import selection as selection_lib
@@ -48,6 +49,8 @@ class Setup:
   k_slots: int
   selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
   data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
+  # The content of the data loaded (fedjax_dp.data.fingerprint): part of the noise identity.
+  data_fingerprint: str | None = None
 
 
 def data_key(cfg) -> str:
@@ -92,7 +95,7 @@ def _build(cfg, cache: dict | None) -> Setup:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   cache = {} if cache is None else cache
-  ds, clients, data, x_test, y_test = _data(cfg, cache)
+  ds, clients, data, x_test, y_test, fingerprint = _data(cfg, cache)
   regression = ds.is_regression
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
   num_params = model.num_params()
@@ -126,14 +129,17 @@ def _build(cfg, cache: dict | None) -> Setup:
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
-               ds.source)
+               ds.source, fingerprint)
 
 
 def _data(cfg, cache: dict):
-  """The dataset, its clients' indices and packed data, and the test set (shared
-  through ``cache`` by the runs of a sweep that read the same ones)."""
+  """The dataset, its clients' indices and packed data, the test set and the data's
+  content fingerprint (shared through ``cache`` by the runs of a sweep that read the
+  same ones)."""
   key = data_key(cfg)
   ds = load_dataset(cfg.data.name, cfg.data.dir)
+  if ("fingerprint", ds.name, cfg.data.dir) not in cache:
+    cache["fingerprint", ds.name, cfg.data.dir] = dataset_fingerprint(ds)
   if ("clients", key) not in cache:
     clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
     # data.placement='host': the packed arrays stay in host memory; groups.run_group
@@ -151,7 +157,8 @@ def _data(cfg, cache: dict):
       keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
       x_t, y_t = x_t[keep], y_t[keep]
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
-  return (ds, clients, data, *cache["test", test_key])
+  return (ds, clients, data, *cache["test", test_key],
+          cache["fingerprint", ds.name, cfg.data.dir])
 
 
 def same_program(a: Setup, b: Setup) -> bool:
