@@ -1,12 +1,15 @@
 """W2 in pfl-research and in the PyTorch loop, without JAX (for pfl's own environment).
 
-  python -m venv /tmp/pflvenv && /tmp/pflvenv/bin/pip install 'pfl[pytorch]==0.6.0'
+  python -m venv /tmp/pflvenv && /tmp/pflvenv/bin/pip install torch==2.13.0
+  /tmp/pflvenv/bin/pip install 'pfl==0.6.0'
   /tmp/pflvenv/bin/python benchmarks/pfl_w2.py pfl [--quick]     # one JSON line
   /tmp/pflvenv/bin/python benchmarks/pfl_w2.py torch [--quick]
 
-pfl pins its own torch, so its rows run in its own virtual environment, where JAX
-is not installed; ``run_all.py --pfl-python /tmp/pflvenv/bin/python`` runs this
-script for the ``W2/pfl`` row (and for ``W2/torch`` when the main environment has
+pfl runs in its own virtual environment, where JAX is not installed: torch's CPU
+wheel first, then pfl without its ``pytorch`` extra (which would pull a CUDA build of
+torch on Linux); torch runs at its default two threads on this machine.
+``run_all.py --pfl-python /tmp/pflvenv/bin/python`` runs this script for the
+``W2/pfl`` row (and for ``W2/torch`` when the main environment has
 no torch). The data are W2's (``workloads.w2``): 1000 clients x 50 random
 CIFAR-shaped images (the same numpy draws as ``workloads._synthetic``), 50
 clients per round, one local epoch of batch 10 (5 steps), lr 0.1, pfl's

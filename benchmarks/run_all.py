@@ -14,7 +14,8 @@ federation) has its own script, ``bench_w8_stream.py``, which writes its rows he
 this script keeps them. The PyTorch rows need ``pip install
 torch==2.13.0`` (CPU wheel); without torch they are skipped. ``W2/pfl`` (pfl-research
 0.6.0 on W2, ``pfl_w2.py``) runs with ``--pfl-python /tmp/pflvenv/bin/python``, the
-interpreter of a virtual environment with ``pip install 'pfl[pytorch]==0.6.0'``;
+interpreter of a virtual environment with ``pip install torch==2.13.0`` then ``pip
+install 'pfl==0.6.0'``;
 there ``W2/torch`` runs too when this environment has no torch. ``startup.py`` writes the
 ``startup/*`` rows and, from one interleaved run, ``W2/ours`` and ``W2/pfl`` (with a
 ``run_id``: compared only with each other); ``--only W2`` here replaces them with this

@@ -136,6 +136,7 @@ def test_programs_loaded_from_the_cache_give_the_same_bits(jax_cache_state, tmp_
   sets = {"rounds": "2", "server.client_chunk": "-1", "progress": "false"}
   compile_cache._set_dir(None)  # not even the session's (tests/conftest.py)
   compile_cache._ours = None
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # every program kept
   without, events = _run(small_config(sets, compilation_cache="off"))
   assert compile_cache.active_dir() is None and events.hits == 0
   cold, events = _run(small_config(sets, compilation_cache=str(tmp_path / "c")))
