@@ -46,6 +46,9 @@ from pathlib import Path
 # JAX is imported where it is used: the command line reads ENV before it loads JAX.
 AUTO = "auto"
 OFF = "off"
+# Spellings of the two words a user may type in the environment switch.
+_OFF_WORDS = (OFF, "0", "false", "no", "none")
+_AUTO_WORDS = (AUTO, "", "1", "true", "on", "yes")
 # The environment switch the command line reads (never the library).
 ENV = "FEDJAX_DP_COMPILATION_CACHE"
 # JAX writes only programs that took at least this long to compile (its default is
@@ -104,7 +107,8 @@ def use(setting: str) -> str | None:
   the next compilation.
 
   Args:
-    setting: ``'auto'``, ``'off'`` or a directory path.
+    setting: ``'auto'``, ``'off'`` or a directory path (``0``, ``false``, ``no``,
+      ``none`` also mean off; ``1``, ``true``, ``on``, ``yes`` and ``''`` auto).
 
   Returns:
     The directory JAX's cache now uses (None: none). A directory that cannot be
@@ -115,12 +119,12 @@ def use(setting: str) -> str | None:
   setting = str(setting).strip()
   configured = active_dir()
   theirs = configured if configured and configured != _ours else None
-  if setting == OFF:
+  if setting.lower() in _OFF_WORDS:
     if _ours is not None and configured == _ours:
       _set_dir(None)
     _ours = None
     return theirs
-  if setting in (AUTO, ""):
+  if setting.lower() in _AUTO_WORDS:
     if theirs:
       return theirs  # the user's own JAX setting, thresholds and all
     target = default_dir()

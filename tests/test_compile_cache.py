@@ -53,6 +53,9 @@ def test_auto_without_one_uses_the_users_cache_directory(jax_cache_state, tmp_pa
   # 'off' turns off the cache this module turned on; 'auto' turns it on again.
   assert compile_cache.use("off") is None and compile_cache.active_dir() is None
   assert compile_cache.use("auto") == got
+  # What a user may type in FEDJAX_DP_COMPILATION_CACHE: never a directory named "0".
+  assert compile_cache.use("0") is None and compile_cache.active_dir() is None
+  assert compile_cache.use("true") == got
 
 
 def test_a_path_is_used_and_an_unwritable_one_is_a_warning(jax_cache_state, tmp_path):
