@@ -13,6 +13,10 @@ run ``interrupted`` and exits with status 130.
 
 Every ``--out`` is checked before anything is loaded or compiled, and ``--overwrite``
 removes only the files fedjax-dp wrote (:mod:`fedjax_dp.files.outputs`).
+
+Compiled programs are kept in the user's cache directory, so a second run of the same
+shapes starts sooner (:mod:`fedjax_dp.compile_cache`); ``FEDJAX_DP_COMPILATION_CACHE=off``
+(or a directory) sets the ``compilation_cache`` field of ``run``, ``sweep`` and ``audit``.
 """
 
 from __future__ import annotations
@@ -20,15 +24,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
+
+
+def _overrides(args) -> list[str]:
+  """The ``--set`` overrides, after the environment's compilation-cache switch
+  (``FEDJAX_DP_COMPILATION_CACHE=off``, ``auto`` or a directory; a ``--set
+  compilation_cache=...`` wins over it). The library reads no environment variable:
+  the command line turns it into the config field."""
+  from fedjax_dp.compile_cache import ENV
+  env = os.environ.get(ENV, "").strip()
+  return ([f"compilation_cache={env}"] if env else []) + list(args.set or [])
 
 
 def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp.files import outputs
 
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
   config_lib.validate(cfg)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
@@ -68,7 +83,7 @@ def _cmd_sweep(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp import sweep
 
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
   grid = sweep.parse_grid(args.grid)
   start = time.time()
   rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress,
@@ -170,7 +185,7 @@ def _cmd_audit(args) -> int:
     raise UserError(str(e)) from None
   if not 0 <= opts.seed < 2**32:  # a numpy seed
     raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
   config_lib.validate(cfg)
   if not available():
     raise UserError(INSTALL_HINT)

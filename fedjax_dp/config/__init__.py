@@ -70,6 +70,10 @@ def base_config() -> ConfigDict:
   # the same command resumes from it (fedjax_dp.host.checkpoint).
   c.checkpoint.every = 10
   c.progress = True
+  # Compiled programs kept on disk between processes (fedjax_dp.compile_cache): 'auto'
+  # (a directory configured in JAX, else the user's cache directory) | 'off' | a path.
+  # Changes no result; `fedjax-dp` reads FEDJAX_DP_COMPILATION_CACHE into it.
+  c.compilation_cache = "auto"
   return c
 
 
@@ -574,6 +578,7 @@ FIELD_RULES: dict[str, Rule] = {
     "eval.batch_size": Rule("int", 1, _I32),
     "checkpoint.every": Rule("int", 0, _I32),
     "progress": Rule("bool"),
+    "compilation_cache": Rule("str"),
 }
 
 

@@ -53,10 +53,11 @@ from fedjax_dp.files import results
 # is written (a resume is bit-exact), and how the same round is laid out: client
 # chunks (keys are per client id), the convolution lowering, the per-example
 # gradient chunk and the evaluation batch change only the float summation order;
-# where the client data live (data.placement) changes nothing.
+# where the client data live (data.placement) and where compiled programs are kept
+# (compilation_cache) change nothing.
 EXCLUDED_FIELDS = ("name", "progress", "checkpoint.every", "server.client_chunk",
                    "server.conv_impl", "client.chunk_size", "eval.batch_size",
-                   "data.placement")
+                   "data.placement", "compilation_cache")
 OS = "os"
 # The top bit of the first word marks a hashed identity, so it never equals a
 # common-random-numbers stream ``(0, noise_stream)``.

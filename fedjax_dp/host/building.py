@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import compile_cache
 from fedjax_dp import config as config_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.fingerprint import dataset_fingerprint
@@ -77,6 +78,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  # Before anything compiles (the chunk probe below, the round): a second run of the
+  # same shapes loads its programs from disk.
+  compile_cache.use(cfg.get("compilation_cache", compile_cache.AUTO))
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():

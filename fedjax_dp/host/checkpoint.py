@@ -52,7 +52,7 @@ _MAGIC = b"fedjax_dp checkpoint v1\n"
 # Config fields that do not change a run's results: a run may resume with them changed.
 # data.placement moves the same client data by another route (identical results), so a
 # run checkpointed with one placement resumes with the other.
-NON_RESULT_FIELDS = ("progress", "checkpoint.every", "data.placement")
+NON_RESULT_FIELDS = ("progress", "checkpoint.every", "data.placement", "compilation_cache")
 
 
 class CheckpointError(UserError):
