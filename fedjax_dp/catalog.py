@@ -13,6 +13,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from fedjax_dp import optimizers
 from fedjax_dp.data import datasets, tabular
 from fedjax_dp.privacy import plan, selection
 from fedjax_dp.training import client
@@ -136,7 +137,19 @@ def sections() -> list[tuple[str, list[str]]]:
           lambda k: " (no amplification: a client is charged each round it is selected)"
           if selection.RULES[k].deterministic else "")),
       ("clip modes (client.clip_mode)", notes(client.CLIP_MODES, CLIP_NOTES)),
+      ("client optimizers (client.optimizer)", _optimizer_lines(optimizers.CLIENT_OPTIMIZERS,
+                                                                "client")),
+      ("server optimizers (server.optimizer; times server.lr, on the noisy aggregate)",
+       _optimizer_lines(optimizers.SERVER_OPTIMIZERS, "server")),
   ]
+
+
+def _optimizer_lines(registry, side: str) -> list[str]:
+  """Each registered optimizer's own summary and its hyperparameter fields."""
+  def fields(opt):
+    return ", ".join(f"{side}.{k}={v:g}" for k, v in opt.hparams)
+  return [f"{n}: {o.summary}" + (f" [{fields(o)}]" if o.hparams else "")
+          for n, o in registry.items()]
 
 
 def text() -> str:

@@ -51,10 +51,13 @@ def fusable(model: Model, cfg: client_lib.ClientConfig) -> bool:
   """Whether :func:`block_sum` computes this local training exactly.
 
   Needs one full-batch step of an all-ghost model (Dense / Conv layers), no per-step noise, no
-  parameter projection, and no L2 regulariser together with update clipping (its
-  cross term would need ``<G_k, w>`` per client).
+  parameter projection, no L2 regulariser together with update clipping (its
+  cross term would need ``<G_k, w>`` per client), and a client optimizer whose first
+  step from its initial state is SGD's exactly (``sgd``; heavy-ball momentum, whose
+  trace starts at 0): Adam's normalised step is not a weighted gradient.
   """
   return (model.ghost and cfg.local_steps == 1 and cfg.batch_size == 0
+          and cfg.optimizer.plain_first_step
           and cfg.clip_mode in FUSABLE_CLIP_MODES
           and cfg.noise_placement in ("none", "central", "upload")
           and not (cfg.clip_mode == "update_l2" and cfg.l2_reg))
