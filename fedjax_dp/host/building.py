@@ -19,6 +19,7 @@ import numpy as np
 
 from fedjax_dp import compile_cache
 from fedjax_dp import config as config_lib
+from fedjax_dp import optimizers
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.fingerprint import dataset_fingerprint
 from fedjax_dp.data.federated import pack_federated_data
@@ -68,7 +69,9 @@ def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
                              correlated_noise=correlated_strategy(cfg))
 
 
-def build(cfg, *, cache: dict | None = None) -> Setup:
+def build(cfg, *, cache: dict | None = None,
+          client_optimizer: optimizers.Optimizer | None = None,
+          server_optimizer: optimizers.Optimizer | None = None) -> Setup:
   """Validates ``cfg`` and builds data, model and privacy plan (before any training).
 
   Args:
@@ -76,6 +79,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
     cache: optional dict shared by several builds (a sweep): runs with the same
       :func:`data_key` share one device copy of the client data, and runs of the
       same dataset share the test set.
+    client_optimizer, server_optimizer: optimizers given from Python
+      (:func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
+      ``client.optimizer`` / ``server.optimizer`` (:func:`run_optimizers`).
   """
   config_lib.validate(cfg)
   # Before anything compiles (the chunk probe below, the round): a second run of the
@@ -84,10 +90,32 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():
-    return _build(cfg, cache)
+    return _build(cfg, cache, run_optimizers(cfg, client_optimizer, server_optimizer))
 
 
-def _build(cfg, cache: dict | None) -> Setup:
+def run_optimizers(cfg, client: optimizers.Optimizer | None = None,
+                   server: optimizers.Optimizer | None = None
+                   ) -> tuple[optimizers.Optimizer, optimizers.Optimizer]:
+  """The run's ``(client, server)`` optimizers: the given ones, else the config's.
+
+  Raises:
+    ConfigError: a given optimizer carries its own learning rate (a transformation
+      from Python) while the config sets ``client.lr`` / ``server.lr`` to another
+      value than its default: one of the two would be ignored.
+  """
+  defaults = config_lib.base_config()
+  for side, opt in (("client", client), ("server", server)):
+    if opt is not None and opt.own_lr and float(cfg[side].lr) != float(defaults[side].lr):
+      raise config_lib.ConfigError(
+          f"{side}.lr={float(cfg[side].lr):g} with {side}.optimizer={opt.name!r} passed from "
+          f"Python, which carries its own learning rate: leave {side}.lr at its default "
+          f"{float(defaults[side].lr):g}, or put the rate in the transformation only")
+  return (client or optimizers.client_optimizer(cfg.client),
+          server or optimizers.server_optimizer(cfg.server))
+
+
+def _build(cfg, cache: dict | None,
+           opts: tuple[optimizers.Optimizer, optimizers.Optimizer]) -> Setup:
   """Builds down the floors: this module's own checks and keys; the data (dataset,
   partition, device copy, test set) and the model; the cohort slots and the privacy
   plan (selection, privacy); then the static round and its chunk size (training)."""
@@ -122,13 +150,15 @@ def _build(cfg, cache: dict | None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  privacy = make_privacy_plan(cfg, np.asarray(list(map(len, clients))), num_params=num_params)
+  privacy = make_privacy_plan(cfg, np.asarray(list(map(len, clients))), num_params=num_params,
+                              client_optimizer=opts[0])
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")
   fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
   round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
-                                  correlated_noise=correlated_strategy(cfg))
+                                  correlated_noise=correlated_strategy(cfg),
+                                  client_optimizer=opts[0], server_optimizer=opts[1])
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)

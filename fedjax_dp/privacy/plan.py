@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_dp import optimizers
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import accounting, calibration, clip_modes, correlated, formulas, mechanisms
 from fedjax_dp.privacy import selection as selection_lib
@@ -923,13 +924,17 @@ def _claimed_sensitivity(cfg, counts: np.ndarray, lrs: np.ndarray) -> np.ndarray
   return None
 
 
-def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) -> PrivacyPlan:
+def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None,
+                      client_optimizer: optimizers.Optimizer | None = None) -> PrivacyPlan:
   """Builds the :class:`PrivacyPlan` of a config for clients with ``counts [U]`` examples.
 
   The clip mode (:mod:`fedjax_dp.privacy.clip_modes`) gives the sensitivity of the
   release at the configured placement and the privacy unit of its events.
   ``num_params`` (d) is needed only for Laplace noise on ``param_l2``/``update_l2``
   uploads, whose L1 sensitivity is :func:`param_l1_sensitivity`.
+  ``client_optimizer`` (default: the config's ``client.optimizer``) is the local
+  steps' optimizer, which a bound that counts learning rates x steps reads
+  (:func:`fedjax_dp.privacy.clip_modes.base.step_weights`).
 
   Raises:
     ValueError: a placement/clipping/selection/aggregation combination without a
@@ -963,7 +968,8 @@ def make_privacy_plan(cfg, counts: np.ndarray, num_params: int | None = None) ->
   sens = _release_sensitivity(cfg, mode, clip_modes.SensitivityInputs(
       clip=float(cfg.client.clip), lrs=lrs, batch=batch, counts=counts,
       mechanism="gaussian" if strategy is not None else cfg.privacy.mechanism,
-      minibatch=minibatch, num_params=num_params, q=q, cfg=cfg))
+      minibatch=minibatch, num_params=num_params, q=q, cfg=cfg,
+      optimizer=client_optimizer or optimizers.client_optimizer(cfg.client)))
   _check_laplace(cfg, mode, eps)
   claimed_sens = _claimed_sensitivity(cfg, counts, lrs)
   plan = PrivacyPlan(

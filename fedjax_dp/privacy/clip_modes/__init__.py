@@ -14,7 +14,10 @@ Adding a clip mode: write ``fedjax_dp/privacy/clip_modes/<name>.py`` defining
 
 from __future__ import annotations
 
+from fedjax_dp import optimizers
+from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy.clip_modes import (
+  base,
   none,
   param_l2,
   per_example_l1,
@@ -56,15 +59,26 @@ def register(mode: ClipMode) -> ClipMode:
 
 
 def check_config(cfg) -> None:
-  """The configured mode's own checks (:attr:`ClipMode.check`); an unknown mode is
-  left to the config's field rules.
+  """The configured mode's own checks (:attr:`ClipMode.check`), and the client
+  optimizer where the mode's bound at the placement counts the local steps
+  (:attr:`ClipMode.step_weighted`, :func:`base.check_optimizer`); an unknown mode or
+  optimizer is left to the config's field rules.
 
   Raises:
     ConfigError: naming the field.
   """
   mode = CLIP_MODES.get(cfg.client.clip_mode)
-  if mode is not None:
-    mode.check(cfg)
+  if mode is None:
+    return
+  mode.check(cfg)
+  placement = cfg.privacy.placement
+  if (placement in mode.step_weighted
+      and cfg.client.get("optimizer", "sgd") in optimizers.CLIENT_OPTIMIZERS):
+    try:
+      base.check_optimizer(optimizers.client_optimizer(cfg.client), mode.name, placement,
+                           float(cfg.client.l2_reg), int(cfg.client.local_steps))
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:

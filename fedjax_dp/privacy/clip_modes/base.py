@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import optimizers
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping
@@ -49,6 +50,8 @@ class SensitivityInputs(NamedTuple):
     num_params: d, or None when the caller did not give it.
     q: a client's per-round selection probability.
     cfg: the run config (``client.l2_reg``, ``server.*`` for central noise).
+    optimizer: the local steps' :class:`fedjax_dp.optimizers.Optimizer`; a bound that
+      counts learning rates x steps reads its step weights (:func:`step_weights`).
   """
 
   clip: float
@@ -60,6 +63,7 @@ class SensitivityInputs(NamedTuple):
   num_params: int | None
   q: float
   cfg: Any
+  optimizer: optimizers.Optimizer = optimizers.SGD
 
   @property
   def num_clients(self) -> int:
@@ -117,6 +121,11 @@ class ClipMode(NamedTuple):
       (``client.minibatch='poisson'``, placement ``'step'``) is proved for it.
     server_clip: the server's adaptive clip rules (``server.clip_rule``) may re-clip
       its uploads (they are updates clipped to a bound).
+    step_weighted: the placements at which :attr:`sensitivity` is proved step by step
+      and counts the local steps' weights (learning rates x steps): it reads the
+      client optimizer's step weights (:func:`step_weights`), and an optimizer
+      without them is refused there (:func:`check_optimizer`, from the config's
+      checks, before any data is read).
   """
 
   name: str
@@ -134,6 +143,7 @@ class ClipMode(NamedTuple):
   norm: int = 0
   poisson_steps: bool = False
   server_clip: bool = False
+  step_weighted: tuple[str, ...] = ()
 
   def level(self, placement: str) -> str:
     """The privacy unit of the release at ``placement``."""
@@ -189,6 +199,63 @@ def check_decay(inputs: SensitivityInputs) -> None:
         "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
         "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
         "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
+
+
+def check_optimizer(optimizer: optimizers.Optimizer, clip_mode: str, placement: str,
+                    l2_reg: float, local_steps: int) -> None:
+  """Refuses a client optimizer that a step-by-step bound (:attr:`ClipMode.step_weighted`)
+  does not cover.
+
+  The client's step is ``w_{s+1} = w_s - eta_s d_s`` with ``d_s`` the optimizer's
+  direction of ``G_s = g_s + kappa w_s`` (``g_s`` the step's clipped gradient). A
+  linear optimizer (:attr:`fedjax_dp.optimizers.Optimizer.linear`) uploads
+  ``w_{E+1} = w_1 - sum_j A_j G_j`` with ``A_j >= 0`` fixed in advance (SGD:
+  ``A_j = eta_j``; heavy-ball momentum ``beta``: ``A_j = sum_{s>=j} eta_s beta^(s-j)``,
+  :func:`fedjax_dp.optimizers.heavy_ball_weights`). With ``kappa = 0`` two runs on
+  neighbouring data start at the same ``w_1``, so ``||w_{E+1} - w'_{E+1}|| <=
+  sum_j A_j ||g_j - g'_j||`` by the triangle inequality, in any norm, and each mode's
+  per-step bound on ``||g_j - g'_j||`` gives its sensitivity with ``A_j`` in place of
+  ``eta_j`` (:func:`step_weights`). With ``kappa > 0`` the argument of
+  :func:`check_decay` (each step contracts the difference) is SGD's only: a momentum
+  step's difference carries the earlier directions' too, and no contraction of it is
+  proved here, so several such steps are refused. One step is SGD's step whatever the
+  momentum (``A_1 = eta_1``, ``w_1`` shared).
+
+  Raises:
+    ValueError: a non-linear optimizer (Adam, a transformation from Python: its
+      normalised steps are no fixed combination of the clipped gradients), or a
+      linear one other than SGD with ``client.l2_reg > 0`` over several steps; one
+      line naming ``client.optimizer`` and ``client.clip_mode``.
+  """
+  where = (f"client.optimizer={optimizer.name!r} with client.clip_mode={clip_mode!r} at "
+           f"privacy.placement={placement!r}")
+  if not optimizer.linear:
+    raise ValueError(
+        f"{where}: the upload's sensitivity is proved step by step (it counts learning "
+        "rates x steps x C), and this optimizer's normalised steps are no fixed "
+        "combination of the clipped gradients; use client.optimizer='sgd' or 'momentum', "
+        "client.clip_mode='update_l2' or 'param_l2', or privacy.placement='step'")
+  if local_steps > 1 and l2_reg > 0 and not optimizer.l2_contraction:
+    raise ValueError(
+        f"{where} and client.l2_reg={l2_reg:g} over {local_steps} local steps: the "
+        "bound's contraction argument (|1 - eta kappa| <= 1) holds for plain SGD only; "
+        "set client.l2_reg=0, client.optimizer='sgd' or client.local_steps=1")
+
+
+def step_weights(inputs: SensitivityInputs) -> np.ndarray:
+  """``[E]`` the weights ``A_j`` of the local steps' gradients in the upload, which a
+  step-by-step bound counts where plain SGD's counts ``eta_j`` (SGD: ``inputs.lrs``
+  itself, so its sensitivity is computed exactly as before). Checks the optimizer
+  (:func:`check_optimizer`) and the decay (:func:`check_decay`) first.
+
+  Raises:
+    ValueError: naming the field (:func:`check_optimizer`, :func:`check_decay`).
+  """
+  cfg = inputs.cfg
+  check_optimizer(inputs.optimizer, cfg.client.clip_mode, cfg.privacy.placement,
+                  float(cfg.client.l2_reg), int(inputs.lrs.size))
+  check_decay(inputs)
+  return inputs.optimizer.step_weights(inputs.lrs)
 
 
 def no_sensitivity(placement: str, inputs: SensitivityInputs) -> np.ndarray:

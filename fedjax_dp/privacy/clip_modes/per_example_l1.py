@@ -20,6 +20,7 @@ MODE = base.ClipMode(
     grad=base.per_example_grad(1),
     sensitivity=per_example_l2.sensitivity,
     placements=("upload", "step"),
+    step_weighted=("upload",),
     laplace=("upload", "step"),
     canary=base.Canary(sparse=True),
     norm=1,

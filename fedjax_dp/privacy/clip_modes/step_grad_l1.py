@@ -17,6 +17,7 @@ MODE = base.ClipMode(
     grad=base.step_grad(1),
     sensitivity=step_grad_l2.sensitivity,
     placements=("upload",),
+    step_weighted=("upload",),
     laplace=("upload",),
     client_level=("upload",),
     canary=base.Canary(sparse=True),
