@@ -292,3 +292,32 @@ def test_carried_state_dict_leaves_out_absent_parts():
   assert back.noise is None and np.array_equal(back.opt[1]["m"], np.zeros(2))
   with pytest.raises(ValueError, match="carried state"):
     rounds.carried_from_state_dict(both, rounds.carried_state_dict(noise_only))
+
+
+# ------------------------------------------------------------------ from Python
+def test_a_transformation_from_python_runs_and_its_learning_rate_is_its_own():
+  """build() takes optimizers from Python: a configured lr beside one that carries its
+  own is refused naming both; the run equals the registered optimizer with the same
+  numbers (no noise at epsilon = inf, so the configs' noise streams do not matter)."""
+  from _helpers import small_config  # pylint: disable=import-outside-toplevel
+
+  from fedjax_dp import config as config_lib  # pylint: disable=import-outside-toplevel
+  from fedjax_dp import experiment  # pylint: disable=import-outside-toplevel
+
+  sets = {"rounds": "3", "data.num_clients": "4", "data.samples_per_client": "20",
+          "server.clients_per_round": "4", "model.name": "logistic", "progress": "false",
+          "privacy.epsilon": "inf", "client.clip_mode": "update_l2", "client.lr": "0.1"}
+  user = optimizers.from_transformation(optax.adam(0.02), name="my_adam")
+  with pytest.raises(config_lib.ConfigError, match="server.lr=0.5 with server.optimizer="
+                     "'my_adam' passed from Python"):
+    experiment.build(small_config(sets, **{"server.lr": "0.5"}), server_optimizer=user)
+  cfg = small_config(sets)
+  setup = experiment.build(cfg, server_optimizer=user,
+                           client_optimizer=optimizers.from_transformation(optax.sgd(0.5)))
+  assert setup.round_cfg.server_optimizer is user
+  got = experiment.run(cfg, setup=setup).rows
+  want = experiment.run(small_config(sets, **{
+      "server.optimizer": "fedadam", "server.lr": "0.02", "server.beta2": "0.999",
+      "server.tau": "1e-8", "client.lr": "0.5"})).rows
+  for a, b in zip(got, want):
+    assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-5)
