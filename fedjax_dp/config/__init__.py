@@ -513,6 +513,7 @@ def _fixed(*names: str):
 
 _POSITIVE = Rule("float", 0.0, open_low=True)
 _UNIT = Rule("float", 0.0, 1.0)
+_DECAY = Rule("float", 0.0, 1.0, open_high=True)  # an optimizer's momentum or moment decay
 # Every field of base_config(): a wrong type, a value out of range, nan, a stray inf or
 # an unknown name fails here, before data is read or anything is compiled.
 FIELD_RULES: dict[str, Rule] = {
@@ -548,9 +549,9 @@ FIELD_RULES: dict[str, Rule] = {
     "client.chunk_size": Rule("int", 1, _I32),
     "client.optimizer": Rule("str", choices=_registry("fedjax_dp.optimizers",
                                                       "CLIENT_OPTIMIZERS")),
-    "client.momentum": Rule("float", 0.0, 1.0, open_high=True),
-    "client.beta1": Rule("float", 0.0, 1.0, open_high=True),
-    "client.beta2": Rule("float", 0.0, 1.0, open_high=True),
+    "client.momentum": _DECAY,
+    "client.beta1": _DECAY,
+    "client.beta2": _DECAY,
     "client.eps": _POSITIVE,
     "server.selection": Rule("str", choices=_registry("fedjax_dp.privacy.selection", "RULES")),
     "server.wasserstein_metric": Rule("str", choices=_fixed("zero_one", "ordinal")),
@@ -566,9 +567,9 @@ FIELD_RULES: dict[str, Rule] = {
     "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.training.engine", "CONV_IMPLS")),
     "server.optimizer": Rule("str", choices=_registry("fedjax_dp.optimizers",
                                                       "SERVER_OPTIMIZERS")),
-    "server.momentum": Rule("float", 0.0, 1.0, open_high=True),
-    "server.beta1": Rule("float", 0.0, 1.0, open_high=True),
-    "server.beta2": Rule("float", 0.0, 1.0, open_high=True),
+    "server.momentum": _DECAY,
+    "server.beta1": _DECAY,
+    "server.beta2": _DECAY,
     "server.tau": _POSITIVE,
     "privacy.epsilon": Rule("float", 0.0, open_low=True, inf=True),
     "privacy.delta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
