@@ -48,23 +48,21 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 import optax
 
 PyTree = Any
 
 
-@dataclasses.dataclass(frozen=True)
-class Optimizer:
+class Optimizer(NamedTuple):
   """One optimizer: a registry entry, or one chosen with its hyperparameter values.
 
   Hashable (it is part of the compiled round's static config): two records with the
-  same name, values and transformation give the same program.
+  same name, values and transformation give the same program. A static value, never
+  a pytree argument of a traced function.
 
   Attributes:
     name: the ``client.optimizer`` / ``server.optimizer`` value.
@@ -76,14 +74,19 @@ class Optimizer:
       registry holds the defaults.
     step_weights_fn: a LINEAR optimizer's ``(lrs [E], **hparams) -> A [E]``, the
       weight of each step's gradient in the upload (``w_{E+1} = w_1 - sum_j A_j
-      G_j``); None for a non-linear one (normalised steps).
+      G_j``); None for a non-linear one (normalised steps), which the step-weighted
+      clip modes refuse.
     plain_first_step: one step from the initial state equals SGD's exactly (the
       fused one-step path, :func:`fedjax_dp.training.one_step.fusable`, computes it).
     l2_contraction: with ``client.l2_reg = kappa > 0`` a step contracts the
       difference of two runs (``|1 - eta kappa| <= 1``), the argument of
       :func:`fedjax_dp.privacy.clip_modes.base.check_decay`; only plain SGD's does.
-    transformation: a transformation passed from Python (:func:`from_transformation`),
-      which carries its own learning rate; None for a registered optimizer.
+    stateful: the direction has state to carry (``sgd``, ``fedavg``: none); a server
+      optimizer's is carried beside the model from round to round.
+    transformation: a transformation passed from Python (:func:`from_transformation`);
+      None for a registered optimizer.
+    own_lr: the transformation carries its own learning rate (one from Python): the
+      configured one must stay at its default and the step runs at a unit rate.
   """
 
   name: str
@@ -93,18 +96,9 @@ class Optimizer:
   step_weights_fn: Callable[..., np.ndarray] | None = None
   plain_first_step: bool = False
   l2_contraction: bool = False
+  stateful: bool = True
   transformation: optax.GradientTransformation | None = None
-
-  @property
-  def own_lr(self) -> bool:
-    """Whether the transformation carries its own learning rate (from Python): the
-    configured one must stay at its default and the step runs at a unit rate."""
-    return self.transformation is not None
-
-  @property
-  def linear(self) -> bool:
-    """Whether the upload is a fixed linear combination of the steps' gradients."""
-    return self.step_weights_fn is not None
+  own_lr: bool = False
 
   def direction(self) -> optax.GradientTransformation:
     """The transformation a step applies to its gradient (descent direction, no lr)."""
@@ -116,7 +110,7 @@ class Optimizer:
   def with_values(self, values: Mapping[str, Any]) -> Optimizer:
     """This optimizer with its hyperparameters read from ``values`` (a config
     section; a field it lacks keeps the default)."""
-    return dataclasses.replace(self, hparams=tuple(
+    return self._replace(hparams=tuple(
         (k, float(values[k]) if k in values else v) for k, v in self.hparams))
 
   def step_weights(self, lrs: np.ndarray) -> np.ndarray | None:
@@ -127,13 +121,8 @@ class Optimizer:
     return self.step_weights_fn(lrs, **dict(self.hparams))
 
   def init(self, params: PyTree) -> PyTree:
-    """The direction's initial state for ``params``."""
-    return self.direction().init(params)
-
-  def carries_state(self, params: PyTree) -> bool:
-    """Whether the direction has any state to carry (``sgd``, ``fedavg``: none)."""
-    shapes = jax.eval_shape(self.init, params)
-    return bool(jax.tree_util.tree_leaves(shapes))
+    """The direction's initial state for ``params`` (None when not :attr:`stateful`)."""
+    return self.direction().init(params) if self.stateful else None
 
 
 # ------------------------------------------------------------------ step weights
@@ -186,7 +175,7 @@ def _fedadam(beta1: float, beta2: float, tau: float) -> optax.GradientTransforma
 # ------------------------------------------------------------------ registries
 SGD = Optimizer(
     name="sgd", summary="plain SGD, w - eta G (default)", build=_sgd,
-    step_weights_fn=sgd_weights, plain_first_step=True, l2_contraction=True)
+    step_weights_fn=sgd_weights, plain_first_step=True, l2_contraction=True, stateful=False)
 MOMENTUM = Optimizer(
     name="momentum",
     summary="heavy ball (optax.trace): d = G + beta d, w - eta d; linear, "
@@ -205,7 +194,7 @@ CLIENT_OPTIMIZERS: dict[str, Optimizer] = {"sgd": SGD, "momentum": MOMENTUM, "ad
 
 FEDAVG = Optimizer(
     name="fedavg", summary="w + server_lr (aggregate - w) (default; McMahan et al. 2017)",
-    build=_sgd)
+    build=_sgd, stateful=False)
 FEDAVGM = Optimizer(
     name="fedavgm",
     summary="server momentum on the aggregate's pseudo-gradient (Hsu et al. 2019; "
@@ -271,4 +260,4 @@ def from_transformation(tx: optax.GradientTransformation, name: str = "custom") 
     raise TypeError(f"from_transformation: expected an optax.GradientTransformation "
                     f"(init, update), got {type(tx).__name__}")
   return Optimizer(name=name, summary="an optax transformation passed from Python",
-                   build=_sgd, transformation=tx)
+                   build=_sgd, transformation=tx, own_lr=True)

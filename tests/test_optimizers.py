@@ -50,9 +50,15 @@ def test_registries_build_directions_without_learning_rate():
   assert a != optimizers.client_optimizer({"optimizer": "momentum", "momentum": 0.6})
   with pytest.raises(ValueError, match="server.optimizer: unknown 'adagrad'"):
     optimizers.server_optimizer({"optimizer": "adagrad"})
-  # Stateless directions carry nothing (fedavg's carried structure is the bare model).
-  assert not optimizers.FEDAVG.carries_state(g) and not optimizers.SGD.carries_state(g)
-  assert optimizers.FEDADAM.carries_state(g) and optimizers.FEDAVGM.carries_state(g)
+  # Each record's `stateful` says whether its direction has state (fedavg's carried
+  # structure is the bare model); its init gives None then.
+  for registry in (optimizers.CLIENT_OPTIMIZERS, optimizers.SERVER_OPTIMIZERS):
+    for opt in registry.values():
+      assert opt.stateful == bool(jax.tree_util.tree_leaves(opt.direction().init(g))), opt.name
+      assert (opt.init(g) is None) == (not opt.stateful)
+  assert not optimizers.FEDAVG.stateful and optimizers.FEDADAM.stateful
+  user = optimizers.from_transformation(optax.sgd(0.1))
+  assert user.own_lr and user.stateful and user.step_weights_fn is None and not optimizers.SGD.own_lr
 
 
 def test_step_weights():
@@ -63,9 +69,9 @@ def test_step_weights():
                              [0.5 + 0.5 * 0.25 + 0.25 * 0.125, 0.25 + 0.5 * 0.125, 0.125])
   np.testing.assert_array_equal(
       optimizers.MOMENTUM.with_values({"momentum": 0.0}).step_weights(lrs), lrs)
-  assert optimizers.ADAM.step_weights(lrs) is None and not optimizers.ADAM.linear
+  assert optimizers.ADAM.step_weights(lrs) is None and optimizers.ADAM.step_weights_fn is None
   user = optimizers.from_transformation(optax.sgd(0.1))
-  assert user.own_lr and not user.linear and user.step_weights(lrs) is None
+  assert user.own_lr and user.step_weights(lrs) is None
   with pytest.raises(TypeError, match="GradientTransformation"):
     optimizers.from_transformation(lambda g: g)
 

@@ -31,7 +31,7 @@ def _spec(cfg, stream=(1, 2)):
   counts = np.full(U, N)
   setup = types.SimpleNamespace(
       privacy=make_privacy_plan(cfg, counts), num_clients=U, selection_weights=None,
-      round_cfg=RoundConfig(), data=types.SimpleNamespace(counts=counts),
+      round_cfg=RoundConfig(), data=types.SimpleNamespace(counts=counts), data_fingerprint=None,
       model=types.SimpleNamespace(is_regression=False))
   return server.spec(cfg, setup, np.asarray(stream, np.uint32))
 
@@ -150,7 +150,7 @@ def test_learning_rates_of_an_optimizer_with_its_own_rate():
   setup = types.SimpleNamespace(
       privacy=make_privacy_plan(cfg, counts), num_clients=U, selection_weights=None,
       round_cfg=RoundConfig(ClientConfig(local_steps=3, optimizer=user), server_optimizer=user),
-      data=None,
+      data=None, data_fingerprint=None,
       model=types.SimpleNamespace(is_regression=False))
   spec = server.spec(cfg, setup, np.zeros(2, np.uint32))
   _, args = server.plan_round(spec, server.init(spec))

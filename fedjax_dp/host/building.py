@@ -81,22 +81,24 @@ def build(cfg, *, cache: dict | None = None,
       same dataset share the test set.
     client_optimizer, server_optimizer: optimizers given from Python
       (:func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
-      ``client.optimizer`` / ``server.optimizer`` (:func:`run_optimizers`).
+      ``client.optimizer`` / ``server.optimizer`` (:func:`check_given_optimizers`).
   """
   config_lib.validate(cfg)
+  given = (client_optimizer, server_optimizer)
+  if any(o is not None for o in given):
+    check_given_optimizers(cfg, *given)
   # Before anything compiles (the chunk probe below, the round): a second run of the
   # same shapes loads its programs from disk.
   compile_cache.use(cfg.get("compilation_cache", compile_cache.AUTO))
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():
-    return _build(cfg, cache, run_optimizers(cfg, client_optimizer, server_optimizer))
+    return _build(cfg, cache, given)
 
 
-def run_optimizers(cfg, client: optimizers.Optimizer | None = None,
-                   server: optimizers.Optimizer | None = None
-                   ) -> tuple[optimizers.Optimizer, optimizers.Optimizer]:
-  """The run's ``(client, server)`` optimizers: the given ones, else the config's.
+def check_given_optimizers(cfg, client: optimizers.Optimizer | None = None,
+                           server: optimizers.Optimizer | None = None) -> None:
+  """Optimizers given from Python against the config.
 
   Raises:
     ConfigError: a given optimizer carries its own learning rate (a transformation
@@ -110,12 +112,9 @@ def run_optimizers(cfg, client: optimizers.Optimizer | None = None,
           f"{side}.lr={float(cfg[side].lr):g} with {side}.optimizer={opt.name!r} passed from "
           f"Python, which carries its own learning rate: leave {side}.lr at its default "
           f"{float(defaults[side].lr):g}, or put the rate in the transformation only")
-  return (client or optimizers.client_optimizer(cfg.client),
-          server or optimizers.server_optimizer(cfg.server))
 
 
-def _build(cfg, cache: dict | None,
-           opts: tuple[optimizers.Optimizer, optimizers.Optimizer]) -> Setup:
+def _build(cfg, cache: dict | None, given: tuple) -> Setup:
   """Builds down the floors: this module's own checks and keys; the data (dataset,
   partition, device copy, test set) and the model; the cohort slots and the privacy
   plan (selection, privacy); then the static round and its chunk size (training)."""
@@ -136,6 +135,10 @@ def _build(cfg, cache: dict | None,
     raise config_lib.ConfigError(
         f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
         f"{cfg.data.name!r} has {'float regression targets' if regression else 'labels'}")
+  # The optimizers (the given ones, else the config's): the plan's bound reads the
+  # client's, the round applies both.
+  opts = (given[0] or optimizers.client_optimizer(cfg.client),
+          given[1] or optimizers.server_optimizer(cfg.server))
   u = len(clients)
   n_eps = len(cfg.privacy.client_epsilons)
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)

@@ -68,12 +68,15 @@ class RunLoop:
     self.cfg = cfg
     self.setup = setup
     self.privacy = setup.privacy
+    # What the decisions read and the fresh state (the schedule's, the accountant's),
+    # the config's stored form and noise stream, then the run directory.
+    spec = server.spec(cfg, setup)
+    self.state = server.init(spec)
+    stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
     # The noise stream: a hash of the release's config and of its data's content
     # (fedjax_dp.config.noise_identity).
     self.stream = noise_identity.stream(cfg, setup.data_fingerprint)
-    self.spec = server.spec(cfg, setup, self.stream)
-    self.state = server.init(self.spec)
-    stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
+    self.spec = spec._replace(stream=self.stream)
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
     # Every process reads the checkpoint and takes part in gathering the params to

@@ -24,7 +24,6 @@ a correlated mechanism's noise state, the server optimizer's state) is the round
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -34,7 +33,7 @@ import numpy as np
 from fedjax_dp.privacy import reporting
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
-from fedjax_dp.privacy.schedules import NoiseContext, Schedule, get_schedule
+from fedjax_dp.privacy.schedules import SCHEDULES, NoiseContext, Schedule, get_schedule
 from fedjax_dp.training.rounds import RoundArgs
 
 
@@ -89,17 +88,19 @@ class ServerState(NamedTuple):
   planned: Planned | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerSpec:
+class ServerSpec(NamedTuple):
   """What the decisions read of a run, fixed for its whole length (:func:`spec`).
 
   Attributes:
     privacy: the run's privacy plan (accountant, noise on the device, budget).
-    schedule: the noise schedule's pure functions; ``context`` initialises it.
-    context: the schedule's :class:`NoiseContext`.
+    schedule: the noise schedule's pure functions.
+    context: the :class:`NoiseContext` the schedule starts from (:func:`init`).
     rounds: the configured T (a schedule may only shorten it).
+    max_rounds: a guard against a schedule that never stops (``4 T + 10``).
     seed: the run seed (the cohort of round t is drawn from ``(seed, t)``).
-    stream: ``uint32 [2]`` the run's noise stream (:attr:`RoundArgs.stream`).
+    stream: ``uint32 [2]`` the run's noise stream (:attr:`RoundArgs.stream`), from
+      the noise identity of its config and data
+      (:func:`fedjax_dp.config.noise_identity.stream`; the run loop sets it).
     num_clients: U.
     selection, clients_per_round, q, selection_weights: the selection rule and its
       parameters (:func:`fedjax_dp.privacy.selection.select_clients`).
@@ -121,8 +122,9 @@ class ServerSpec:
   schedule: Schedule
   context: NoiseContext
   rounds: int
+  max_rounds: int
   seed: int
-  stream: np.ndarray
+  stream: np.ndarray | None
   num_clients: int
   selection: str
   clients_per_round: int
@@ -143,16 +145,6 @@ class ServerSpec:
   counts: np.ndarray | None = None
   regression: bool = False
 
-  @property
-  def max_rounds(self) -> int:
-    """Schedules may only shorten T; a guard against one that never stops anyway."""
-    return self.rounds * 4 + 10
-
-  @property
-  def unit(self) -> str:
-    """metrics.csv's privacy_unit column."""
-    return reporting.privacy_unit(self.privacy)
-
 
 def noise_context(cfg, privacy: PrivacyPlan) -> NoiseContext:
   """The :class:`NoiseContext` a run's schedule is initialised with."""
@@ -168,17 +160,20 @@ def count_std(cfg, q: float, num_clients: int) -> float:
   return max(q * num_clients, 1.0) / 20.0 if std < 0 else std
 
 
-def spec(cfg, setup, stream: np.ndarray) -> ServerSpec:
+def spec(cfg, setup, stream: np.ndarray | None = None) -> ServerSpec:
   """The :class:`ServerSpec` of a run config and its
   :class:`fedjax_dp.host.building.Setup` (whose privacy plan, federation and round
-  config it reads), with its noise ``stream``."""
-  privacy = setup.privacy
+  config it reads), with the noise ``stream`` (None: the caller sets it,
+  ``spec._replace(stream=...)``; :class:`fedjax_dp.host.run_loop.RunLoop` does)."""
+  privacy, u, round_cfg = setup.privacy, int(setup.num_clients), setup.round_cfg
   validate = privacy.validation == "clients"
-  round_cfg = setup.round_cfg
   return ServerSpec(
-      privacy=privacy, schedule=get_schedule(cfg.schedule.name),
-      context=noise_context(cfg, privacy), rounds=int(cfg.rounds), seed=int(cfg.seed),
-      stream=stream, num_clients=int(setup.num_clients), selection=cfg.server.selection,
+      # (the registry's own entry; an unknown name is refused, naming the field)
+      privacy=privacy, schedule=SCHEDULES.get(cfg.schedule.name) or get_schedule(
+          cfg.schedule.name),
+      context=noise_context(cfg, privacy), rounds=int(cfg.rounds),
+      max_rounds=int(cfg.rounds) * 4 + 10, seed=int(cfg.seed), stream=stream,
+      num_clients=u, selection=cfg.server.selection,
       clients_per_round=int(cfg.server.clients_per_round), q=float(cfg.server.q),
       selection_weights=setup.selection_weights,
       lr=1.0 if round_cfg.client.optimizer.own_lr else float(cfg.client.lr),
@@ -186,8 +181,7 @@ def spec(cfg, setup, stream: np.ndarray) -> ServerSpec:
       server_lr=1.0 if round_cfg.server_optimizer.own_lr else float(cfg.server.lr),
       clip=float(cfg.client.clip), clip_rule=cfg.server.get("clip_rule", "fixed"),
       clip_quantile=float(cfg.server.get("clip_quantile", 0.5)),
-      clip_lr=float(cfg.server.get("clip_lr", 0.2)),
-      count_std=count_std(cfg, privacy.q, int(setup.num_clients)),
+      clip_lr=float(cfg.server.get("clip_lr", 0.2)), count_std=count_std(cfg, privacy.q, u),
       eval_every=int(cfg.eval.every), enforce_budget=bool(cfg.privacy.enforce_budget),
       validate_every=int(float(cfg.schedule.get("adjust_every", 1))) if validate else 0,
       counts=np.asarray(setup.data.counts) if validate else None,
@@ -238,16 +232,6 @@ def local_lrs(spec: ServerSpec, scale: float) -> np.ndarray:
   return (spec.lr * scale * spec.lr_decay ** steps).astype(np.float32)
 
 
-def _validation_std(spec: ServerSpec, t: int, idx: np.ndarray, sel: np.ndarray) -> float:
-  """The std of round t's validation release (A-DPFL), < 0 when it releases none."""
-  if not spec.validate_every or (t + 1) % spec.validate_every:
-    return -1.0
-  if spec.privacy.noiseless:
-    return 0.0
-  counts = spec.counts[idx[sel > 0]]
-  return spec.privacy.val_noise_multiplier * validation_sensitivity(counts)
-
-
 def plan_round(spec: ServerSpec, state: ServerState) -> tuple[ServerState, RoundArgs | None]:
   """Plans round ``state.t``: the state with it planned and its device inputs (numpy),
   or the state stopped and None (the schedule's horizon or stop, the budget)."""
@@ -261,10 +245,15 @@ def plan_round(spec: ServerSpec, state: ServerState) -> tuple[ServerState, Round
     return state._replace(running=False), None
   state = state._replace(horizon=plan.horizon)
   client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
-  val_std = _validation_std(spec, t, idx, sel)
+  # The validation score (A-DPFL) is released after every adjustment round.
+  validate = bool(spec.validate_every) and (t + 1) % spec.validate_every == 0
+  val_std = -1.0
+  if validate:
+    val_std = 0.0 if privacy.noiseless else (
+        privacy.val_noise_multiplier * validation_sensitivity(spec.counts[idx[sel > 0]]))
   # Deterministic rules (round robin) are charged for the clients that take part.
   acct = privacy.accountant_step(state.acct, client_noise, central_noise,
-                                 selected=idx[sel > 0], validate=val_std >= 0)
+                                 selected=idx[sel > 0], validate=validate)
   certified = privacy.certified_epsilon(acct)
   # Each client against its own target (privacy.client_epsilons).
   if spec.enforce_budget and privacy.over_budget(acct):
@@ -299,7 +288,8 @@ def _row(spec: ServerSpec, state: ServerState, p: Planned, metrics: Mapping[str,
       "update_norm": float(metrics["update_norm"]), "num_selected": int(metrics["num_selected"]),
       "noise_mean": float(np.mean(p.plan.noise[p.idx][p.sel > 0])) if p.sel.any() else 0.0,
       "horizon": p.plan.horizon, "epsilon_claimed": spec.privacy.claimed_epsilon(p.acct),
-      "epsilon_certified": p.certified, "privacy_unit": spec.unit, "wall_s": round(wall, 3)}
+      "epsilon_certified": p.certified, "privacy_unit": reporting.privacy_unit(spec.privacy),
+      "wall_s": round(wall, 3)}
   if spec.validate_every:
     # The schedule reads S_t from here: only the released (noisy) score, never the
     # test accuracy, on the rounds it was released.

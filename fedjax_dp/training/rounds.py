@@ -273,20 +273,15 @@ def _noise_state(cfg: RoundConfig, params: PyTree) -> PyTree:
   return None if s is None else correlated.get(s.name).init(s, params)
 
 
-def _opt_state(cfg: RoundConfig, params: PyTree) -> PyTree:
-  opt = cfg.server_optimizer
-  return opt.init(params) if opt.carries_state(params) else None
-
-
 def initial_states(cfg: RoundConfig, params: PyTree) -> tuple[PyTree, PyTree]:
   """``(noise state, optimizer state)`` a run starts from, None where none is carried."""
-  return _noise_state(cfg, params), _opt_state(cfg, params)
+  return _noise_state(cfg, params), cfg.server_optimizer.init(params)
 
 
 def carries_state(cfg: RoundConfig) -> bool:
   """Whether the round runs on :class:`CarriedParams`: a correlated strategy with
   state, or a server optimizer with state."""
-  return any(x is not None for x in initial_states(cfg, jnp.zeros(())))
+  return cfg.server_optimizer.stateful or _noise_state(cfg, jnp.zeros(())) is not None
 
 
 def carried_params(cfg: RoundConfig, params: PyTree) -> PyTree:

@@ -72,11 +72,13 @@ def check_config(cfg) -> None:
     return
   mode.check(cfg)
   placement = cfg.privacy.placement
-  if (placement in mode.step_weighted
-      and cfg.client.get("optimizer", "sgd") in optimizers.CLIENT_OPTIMIZERS):
+  # What the check reads (linear, l2_contraction) is the registered record's own,
+  # whatever its hyperparameter values.
+  optimizer = optimizers.CLIENT_OPTIMIZERS.get(cfg.client.get("optimizer", "sgd"))
+  if placement in mode.step_weighted and optimizer is not None:
     try:
-      base.check_optimizer(optimizers.client_optimizer(cfg.client), mode.name, placement,
-                           float(cfg.client.l2_reg), int(cfg.client.local_steps))
+      base.check_optimizer(optimizer, mode.name, placement, float(cfg.client.l2_reg),
+                           int(cfg.client.local_steps))
     except ValueError as e:
       raise ConfigError(str(e)) from e
 

@@ -208,7 +208,7 @@ def check_optimizer(optimizer: optimizers.Optimizer, clip_mode: str, placement: 
 
   The client's step is ``w_{s+1} = w_s - eta_s d_s`` with ``d_s`` the optimizer's
   direction of ``G_s = g_s + kappa w_s`` (``g_s`` the step's clipped gradient). A
-  linear optimizer (:attr:`fedjax_dp.optimizers.Optimizer.linear`) uploads
+  linear optimizer (one with :attr:`fedjax_dp.optimizers.Optimizer.step_weights_fn`) uploads
   ``w_{E+1} = w_1 - sum_j A_j G_j`` with ``A_j >= 0`` fixed in advance (SGD:
   ``A_j = eta_j``; heavy-ball momentum ``beta``: ``A_j = sum_{s>=j} eta_s beta^(s-j)``,
   :func:`fedjax_dp.optimizers.heavy_ball_weights`). With ``kappa = 0`` two runs on
@@ -229,7 +229,7 @@ def check_optimizer(optimizer: optimizers.Optimizer, clip_mode: str, placement: 
   """
   where = (f"client.optimizer={optimizer.name!r} with client.clip_mode={clip_mode!r} at "
            f"privacy.placement={placement!r}")
-  if not optimizer.linear:
+  if optimizer.step_weights_fn is None:
     raise ValueError(
         f"{where}: the upload's sensitivity is proved step by step (it counts learning "
         "rates x steps x C), and this optimizer's normalised steps are no fixed "
