@@ -23,12 +23,12 @@ import pytest
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.audit import mechanisms as audit_mechanisms
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import clip_modes, selection
 from fedjax_dp.privacy.clip_modes import base as clip_base
 from fedjax_dp.privacy.clip_modes import update_l2
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -90,7 +90,7 @@ def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, bat
                 "client.local_steps": steps, "client.batch_size": batch,
                 "client.l2_reg": l2_reg, "client.lr": lr, "client.clip": clip,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N]), num_params=MODEL.num_params())
+  plan = plan_from_config(cfg, np.array([N]), num_params=MODEL.num_params())
   ord = 1 if mechanism == "laplace" else 2
   d = _upload_moves(cfg, steps, lr, clip, ord, len(clip_mode) + steps)
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
@@ -109,7 +109,7 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
                 "client.local_steps": steps, "client.batch_size": batch, "client.lr": lr,
                 "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1,
                 "server.selection": "round_robin"})
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   assert plan.event(np.ones(1)).level == "client"
   np.testing.assert_allclose(plan.sensitivity, 2 * clip * lr * steps)
   ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
@@ -178,7 +178,7 @@ def test_step_release_within_plan_sensitivity(ord):
   cfg = _cfg(**{"client.clip_mode": name, "privacy.mechanism": mech,
                 "privacy.placement": "step", "client.local_steps": 3,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   mask = jnp.ones(N, jnp.float32)
 
   @jax.jit
@@ -218,7 +218,7 @@ def test_central_release_within_plan_sensitivity(selection_name, aggregation, k,
                 "server.clients_per_round": max(k, 1), "server.q": q,
                 "server.aggregation": aggregation, "privacy.placement": "central",
                 "client.clip_mode": "update_l2", "client.clip": clip, "client.lr": lr})
-  plan = make_privacy_plan(cfg, np.asarray(data.counts))
+  plan = plan_from_config(cfg, np.asarray(data.counts))
   rcfg = experiment._client_round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
@@ -258,7 +258,7 @@ def test_central_poisson_normalized_refused_and_round_robin_smallest_cohort():
   cfg = _cfg(**{"data.num_clients": 8, "server.selection": "poisson", "server.q": 0.3,
                 "privacy.placement": "central", "client.clip_mode": "update_l2"})
   with pytest.raises(ValueError, match="server.aggregation='fixed'"):
-    make_privacy_plan(cfg, np.full(8, 4))
+    plan_from_config(cfg, np.full(8, 4))
   rule = selection.get_rule("round_robin")
   assert rule.min_cohort(8, 3, 0.0) == 2
 
@@ -278,7 +278,7 @@ def test_correlated_release_within_plan_matrix_sensitivity(mechanism, selection_
                 "server.clients_per_round": k, "server.aggregation": "fixed",
                 "privacy.placement": "central", "client.clip_mode": "update_l2",
                 "privacy.mechanism": mechanism, "rounds": rounds})
-  plan = make_privacy_plan(cfg, np.full(u, N))
+  plan = plan_from_config(cfg, np.full(u, N))
   c = getattr(correlated, mechanism).matrix(plan.correlated)
   s_sq = plan.correlated_sens_sq()
   rng = np.random.default_rng(0)
@@ -357,7 +357,7 @@ def _half_update_mode() -> clip_modes.ClipMode:
   return clip_modes.ClipMode(
       name="half_update_l2", summary="the update clipped to L2 norm C / 2 (a test)",
       grad=clip_base.plain_grad, sensitivity=sensitivity, placements=("upload",),
-      after_local=clip_half, canary=clip_base.Canary(example_scale=1e4), norm=2)
+      after_local=clip_half, canary=clip_base.Canary(example_scale=1e4))
 
 
 def test_a_clip_mode_added_by_the_recipe_runs_through_plan_client_and_audit(monkeypatch):
@@ -368,16 +368,16 @@ def test_a_clip_mode_added_by_the_recipe_runs_through_plan_client_and_audit(monk
           "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1}
   cfg = _cfg(**sets)
   config_lib.validate(cfg)  # the config's choices read the live registry
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   assert plan.sensitivity[0] == clip and plan.level == "example"
   d = _upload_moves(cfg, steps, lr, clip, 2, seed=11)
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
   assert d.max() > 0.5 * clip  # the bound is nearly reached, not vacuous
   # A placement the mode has no proof for is refused, naming the field.
   with pytest.raises(ValueError, match="client.clip_mode"):
-    make_privacy_plan(_cfg(**sets, **{"privacy.placement": "step"}), np.array([N]))
+    plan_from_config(_cfg(**sets, **{"privacy.placement": "step"}), np.array([N]))
   with pytest.raises(ValueError, match="privacy.mechanism='laplace'"):
-    make_privacy_plan(_cfg(**sets, **{"privacy.mechanism": "laplace"}), np.array([N]))
+    plan_from_config(_cfg(**sets, **{"privacy.mechanism": "laplace"}), np.array([N]))
   # The audit enumerates it from the registry, with its canary.
   base = _cfg(**{"data.num_clients": 4, "server.clients_per_round": 2})
   assert audit_mechanisms.accepted(base, {"client.clip_mode": mode.name,

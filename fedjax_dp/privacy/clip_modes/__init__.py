@@ -55,16 +55,17 @@ def register(mode: ClipMode) -> ClipMode:
   return mode
 
 
-def check_config(cfg) -> None:
-  """The configured mode's own checks (:attr:`ClipMode.check`); an unknown mode is
-  left to the config's field rules.
+def check_config(inputs) -> None:
+  """The configured mode's own checks (:attr:`ClipMode.check`) of
+  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`; an unknown mode is left to the
+  config's field rules.
 
   Raises:
     ConfigError: naming the field.
   """
-  mode = CLIP_MODES.get(cfg.client.clip_mode)
+  mode = CLIP_MODES.get(inputs.client.clip_mode)
   if mode is not None:
-    mode.check(cfg)
+    mode.check(inputs)
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ import numpy as np
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy.inputs import ClientInputs, ServerInputs
 
 PyTree = Any
 
@@ -48,7 +49,9 @@ class SensitivityInputs(NamedTuple):
     minibatch: ``client.minibatch``.
     num_params: d, or None when the caller did not give it.
     q: a client's per-round selection probability.
-    cfg: the run config (``client.l2_reg``, ``server.*`` for central noise).
+    client: :class:`fedjax_dp.privacy.inputs.ClientInputs` (``l2_reg``, the mode's name).
+    server: :class:`fedjax_dp.privacy.inputs.ServerInputs` (central noise: the
+      aggregation, the selection rule, K).
   """
 
   clip: float
@@ -59,7 +62,8 @@ class SensitivityInputs(NamedTuple):
   minibatch: str
   num_params: int | None
   q: float
-  cfg: Any
+  client: ClientInputs
+  server: ServerInputs
 
   @property
   def num_clients(self) -> int:
@@ -109,14 +113,20 @@ class ClipMode(NamedTuple):
       (with ``mechanism='laplace'``), so Laplace noise is bounded there.
     client_level: the placements at which the privacy unit is a client's whole
       dataset (else one example).
-    check: ``(cfg) -> None`` refuses config fields the proofs do not cover
-      (ConfigError naming the field); called by ``make_privacy_plan``.
+    check: ``(inputs) -> None`` refuses, from
+      :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, fields the proofs do not cover
+      (ConfigError naming the field); called by ``make_privacy_plan`` and by the
+      config's validation.
     canary: the audit's :class:`Canary`.
     norm: 1 or 2, the norm of the clip (0: none).
     poisson_steps: the Poisson-subsampled Gaussian of client DP-SGD
       (``client.minibatch='poisson'``, placement ``'step'``) is proved for it.
     server_clip: the server's adaptive clip rules (``server.clip_rule``) may re-clip
       its uploads (they are updates clipped to a bound).
+    upload_ball: the upload lies in the ball of radius C around a point both
+      neighbours share (0, or the global model), whatever the data: its sensitivity
+      is the ball's diameter 2 C (Yuan et al.'s Algorithm 1 reading, so their
+      formulas admit it).
   """
 
   name: str
@@ -129,11 +139,12 @@ class ClipMode(NamedTuple):
   after_step: Callable[[PyTree, jax.Array], PyTree] = lambda params, clip: params
   after_local: Callable[..., tuple[PyTree, jax.Array]] = (
       lambda params, global_params, clip: (params, jnp.zeros(())))
-  check: Callable[[Any], None] = lambda cfg: None
+  check: Callable[[Any], None] = lambda inputs: None
   canary: Canary = Canary()
   norm: int = 0
   poisson_steps: bool = False
   server_clip: bool = False
+  upload_ball: bool = False
 
   def level(self, placement: str) -> str:
     """The privacy unit of the release at ``placement``."""
@@ -183,7 +194,7 @@ def check_decay(inputs: SensitivityInputs) -> None:
   Raises:
     ValueError: ``client.l2_reg * client.lr > 2`` with several local steps.
   """
-  if inputs.lrs.size > 1 and float(inputs.cfg.client.l2_reg) * float(
+  if inputs.lrs.size > 1 and float(inputs.client.l2_reg) * float(
       np.max(inputs.lrs)) > 2.0:
     raise ValueError(
         "client.l2_reg * client.lr > 2 with several local steps: the decay factor "

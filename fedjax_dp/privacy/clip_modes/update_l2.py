@@ -77,7 +77,7 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
   """Update clipping's sensitivity at ``placement`` (``upload`` or ``central``)."""
   if placement == "upload":
     return param_l2.upload_sensitivity(placement, inputs)
-  server = inputs.cfg.server
+  server = inputs.server
   return np.full(inputs.num_clients, central_sensitivity(
       inputs.clip, inputs.counts, server.aggregation, server.selection,
       int(server.clients_per_round), inputs.q))
@@ -102,4 +102,5 @@ MODE = base.ClipMode(
     canary=base.Canary(example_scale=1e4, l1_geometry=True),
     norm=2,
     server_clip=True,
+    upload_ball=True,
 )
