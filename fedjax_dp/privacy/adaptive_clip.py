@@ -58,7 +58,7 @@ def private_median_split(z: float, count_std: float) -> float:
 def check_clip_rule(inputs, mode: clip_modes.ClipMode) -> None:
   """``server.clip_rule`` other than ``'fixed'`` re-clips the uploads at the server: it
   needs central noise on a mode whose uploads are updates clipped to a bound
-  (:attr:`ClipMode.server_clip`), and ``'median'`` cannot meet a budget.
+  (the clip mode's ``Proof.server_clip``), and ``'median'`` cannot meet a budget.
 
   Args:
     inputs: :class:`fedjax_dp.privacy.inputs.PrivacyInputs`.
@@ -73,7 +73,7 @@ def check_clip_rule(inputs, mode: clip_modes.ClipMode) -> None:
   if clip_rule == "fixed":
     return
   if not server_clip_ok(mode, p.placement):
-    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.server_clip]
+    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.proof.server_clip]
     raise ConfigError(f"server.clip_rule={clip_rule!r} clips the clients' updates at the "
                       "server: it needs privacy.placement='central' and "
                       f"client.clip_mode in {', '.join(modes)} (got "
@@ -88,6 +88,6 @@ def check_clip_rule(inputs, mode: clip_modes.ClipMode) -> None:
 
 def server_clip_ok(mode: clip_modes.ClipMode, placement: str) -> bool:
   """Whether the server may re-clip the uploads of ``mode`` at ``placement``: updates
-  clipped to a bound (:attr:`ClipMode.server_clip`), noised by the server (``'central'``,
+  clipped to a bound (the clip mode's ``Proof.server_clip``), noised by the server (``'central'``,
   or no noise). The one rule the plan and the compiled round both ask."""
-  return bool(mode.server_clip) and placement in ("central", "none")
+  return bool(mode.proof.server_clip) and placement in ("central", "none")

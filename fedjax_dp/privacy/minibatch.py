@@ -39,7 +39,7 @@ def check_poisson(inputs, mode: clip_modes.ClipMode) -> None:
   The Poisson-subsampled Gaussian
   (:meth:`fedjax_dp.privacy.plan.PrivacyPlan.poisson_step_event`) is proved for noise
   on each step's sum of clipped per-example gradients whose proof allows it
-  (:attr:`ClipMode.poisson_steps`: ``per_example_l2``): placement ``'step'``, the
+  (``Proof.poisson_steps`` of the clip mode: ``per_example_l2``): placement ``'step'``, the
   Gaussian mechanism, and a formula that sizes the noise by our accountant or by a
   multiplier. Elsewhere (noise on the upload after several Poisson steps, Laplace,
   papers' formulas written for other samplings) nothing here bounds it;
@@ -55,8 +55,8 @@ def check_poisson(inputs, mode: clip_modes.ClipMode) -> None:
     raise ConfigError("client.minibatch='poisson' is accounted for DP-SGD inside the "
                       "clients: it needs privacy.placement='step' (or 'none'), got "
                       f"{p.placement!r}")
-  if not mode.poisson_steps:
-    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.poisson_steps]
+  if not mode.proof.poisson_steps:
+    modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.proof.poisson_steps]
     raise ConfigError(f"client.minibatch='poisson' needs client.clip_mode in {modes} "
                       f"(the subsampled Gaussian's L2 sensitivity C), got {mode.name!r}")
   if p.mechanism != "gaussian":

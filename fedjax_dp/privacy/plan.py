@@ -267,7 +267,7 @@ def _check_known(inputs: PrivacyInputs) -> clip_modes.ClipMode:
   registry.get_formula(inputs.privacy.formula)  # an unknown name raises, naming the field
   selection_lib.get_rule(inputs.server.selection)
   mode = clip_modes.get(inputs.client.clip_mode)
-  mode.check(inputs)
+  mode.proof.check(inputs)
   return mode
 
 
@@ -282,20 +282,21 @@ def _release_sensitivity(placement: str, mode: clip_modes.ClipMode,
     return np.ones(inputs.num_clients)
   if placement not in mechanisms.PLACEMENTS:
     raise ValueError(f"privacy.placement: unknown {placement!r}")
-  if placement not in mode.placements:
-    why = (": without clipping the release has no bounded sensitivity" if not mode.placements
+  if placement not in mode.proof.placements:
+    why = (": without clipping the release has no bounded sensitivity"
+           if not mode.proof.placements
            else f": no sensitivity of that release is proved for {mode.name!r}")
     raise ValueError(f"privacy.placement={placement!r} needs client.clip_mode in "
                      f"{', '.join(clip_modes.supporting(placement))} (got {mode.name!r})"
                      + why)
-  return np.asarray(mode.sensitivity(placement, inputs), np.float64)
+  return np.asarray(mode.proof.sensitivity(placement, inputs), np.float64)
 
 
 def _check_laplace(inputs: PrivacyInputs, mode: clip_modes.ClipMode, eps: np.ndarray) -> None:
   """Laplace noise needs an L1 sensitivity: refuses modes/placements without one."""
   placement = inputs.privacy.placement
   if inputs.privacy.mechanism != "laplace" or placement == "none" \
-      or placement in mode.laplace or not np.any(np.isfinite(eps)):
+      or placement in mode.proof.laplace or not np.any(np.isfinite(eps)):
     return
   where = ", or ".join(
       f"privacy.placement={p!r} with client.clip_mode in "

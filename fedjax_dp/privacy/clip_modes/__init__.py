@@ -23,7 +23,13 @@ from fedjax_dp.privacy.clip_modes import (
   step_grad_l2,
   update_l2,
 )
-from fedjax_dp.privacy.clip_modes.base import Canary, ClipMode, SensitivityInputs
+from fedjax_dp.privacy.clip_modes.base import (
+  Canary,
+  ClientHooks,
+  ClipMode,
+  Proof,
+  SensitivityInputs,
+)
 
 CLIP_MODES: dict[str, ClipMode] = {
     "none": none.MODE,
@@ -65,14 +71,14 @@ def check_config(inputs) -> None:
   """
   mode = CLIP_MODES.get(inputs.client.clip_mode)
   if mode is not None:
-    mode.check(inputs)
+    mode.proof.check(inputs)
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:
   """The modes with a proven (L1, when ``laplace``) sensitivity at ``placement``."""
   return tuple(n for n, m in CLIP_MODES.items()
-               if placement in (m.laplace if laplace else m.placements))
+               if placement in (m.proof.laplace if laplace else m.proof.placements))
 
 
-__all__ = ["CLIP_MODES", "Canary", "ClipMode", "SensitivityInputs", "check_config", "get",
-           "register", "supporting"]
+__all__ = ["CLIP_MODES", "Canary", "ClientHooks", "ClipMode", "Proof", "SensitivityInputs",
+           "check_config", "get", "register", "supporting"]

@@ -75,12 +75,8 @@ def project(params, clip):
 MODE = base.ClipMode(
     name="param_l2",
     summary="parameters projected onto the L2 ball of radius C after each step (Yuan et al.)",
-    grad=base.plain_grad,
-    sensitivity=upload_sensitivity,
-    placements=("upload",),
-    laplace=("upload",),
-    after_step=project,
+    client=base.ClientHooks(base.plain_grad, after_step=project),
+    proof=base.Proof(upload_sensitivity, placements=("upload",), laplace=("upload",),
+                     upload_ball=True),
     canary=base.Canary(example_scale=1e4, l1_geometry=True),
-    norm=2,
-    upload_ball=True,
 )

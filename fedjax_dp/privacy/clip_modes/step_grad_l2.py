@@ -58,9 +58,6 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
 MODE = base.ClipMode(
     name="step_grad_l2",
     summary="each local step's mean gradient clipped to L2 norm C (Fu et al., Gaussian)",
-    grad=base.step_grad(2),
-    sensitivity=sensitivity,
-    placements=("upload",),
-    client_level=("upload",),
-    norm=2,
+    client=base.ClientHooks(base.step_grad(2)),
+    proof=base.Proof(sensitivity, placements=("upload",), client_level=("upload",)),
 )

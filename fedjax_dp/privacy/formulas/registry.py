@@ -199,17 +199,17 @@ def _modes_with(has: Callable[[clip_modes.ClipMode], bool]) -> tuple[str, ...]:
 def _yuan_check(inputs, mode: clip_modes.ClipMode) -> None:
   """Yuan et al.'s formulas size the noise from the paper's ``Delta_s = 2 C / |D_k|``
   and need Algorithm 1: noise on the upload of a mode whose upload lies in a ball of
-  radius C whatever the data (:attr:`ClipMode.upload_ball`: ``param_l2`` projects the
+  radius C whatever the data (``Proof.upload_ball`` of the clip mode: ``param_l2`` projects the
   parameters, ``update_l2`` the update around the shared global model -- the other
   reading of Algorithm 1's C-ball, spec 7.3 item 12 -- both of true sensitivity 2 C,
   which the certified column uses)."""
   placement = inputs.privacy.placement
   if placement == "none":
     return
-  if placement != "upload" or not mode.upload_ball:
+  if placement != "upload" or not mode.proof.upload_ball:
     raise ValueError(f"privacy.formula={inputs.privacy.formula!r} is Yuan et al.'s "
                      "Algorithm 1: it needs privacy.placement='upload' and client.clip_mode "
-                     f"in {', '.join(_modes_with(lambda m: m.upload_ball))} (got "
+                     f"in {', '.join(_modes_with(lambda m: m.proof.upload_ball))} (got "
                      f"{placement!r}, {mode.name!r})")
   want, formula = FORMULAS[inputs.privacy.formula].mechanism, inputs.privacy.formula
   if inputs.privacy.mechanism != want:
