@@ -28,47 +28,45 @@ from fedjax_dp.privacy.inputs import (
 from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan
 
 
-def client_inputs(cfg) -> ClientInputs:
-  """:class:`ClientInputs` of the config's ``client`` section."""
+def _client_fields(cfg) -> dict:
+  """The :class:`ClientInputs` fields of the config's ``client`` section (but ``lrs``)."""
   c = cfg.client
-  return ClientInputs(
-      clip_mode=c.clip_mode, clip=float(c.clip),
-      lrs=local_learning_rates(c.lr, c.lr_decay, int(c.local_steps)),
-      batch_size=int(c.batch_size), minibatch=c.get("minibatch", "shuffle"),
-      l2_reg=float(c.l2_reg))
+  return {"clip_mode": c.clip_mode, "clip": float(c.clip), "batch_size": int(c.batch_size),
+          "minibatch": c.get("minibatch", "shuffle"), "l2_reg": float(c.l2_reg)}
 
 
-def server_inputs(cfg) -> ServerInputs:
-  """:class:`ServerInputs` of the config's ``server`` section."""
+def _server_fields(cfg) -> dict:
+  """The :class:`ServerInputs` fields of the config's ``server`` section."""
   s = cfg.server
-  return ServerInputs(
-      selection=s.selection, clients_per_round=int(s.clients_per_round), q=float(s.q),
-      aggregation=s.aggregation, clip_rule=s.get("clip_rule", "fixed"),
-      clip_quantile=float(s.get("clip_quantile", 0.5)), clip_lr=float(s.get("clip_lr", 0.2)),
-      clip_count_std=float(s.get("clip_count_std", -1.0)),
-      wasserstein_metric=s.get("wasserstein_metric", "zero_one"))
+  return {"selection": s.selection, "clients_per_round": int(s.clients_per_round),
+          "q": float(s.q), "aggregation": s.aggregation,
+          "clip_rule": s.get("clip_rule", "fixed"),
+          "clip_quantile": float(s.get("clip_quantile", 0.5)),
+          "clip_lr": float(s.get("clip_lr", 0.2)),
+          "clip_count_std": float(s.get("clip_count_std", -1.0)),
+          "wasserstein_metric": s.get("wasserstein_metric", "zero_one")}
 
 
-def privacy_settings(cfg) -> PrivacySettings:
-  """:class:`PrivacySettings` of the config's ``privacy``, ``schedule`` and ``eval``
-  sections and its ``rounds``."""
+def _privacy_fields(cfg) -> dict:
+  """The :class:`PrivacySettings` fields of the config's ``privacy``, ``schedule`` and
+  ``eval`` sections and its ``rounds``."""
   p, sched = cfg.privacy, cfg.schedule
   params = {k: v for k, v in sched.items()
             if isinstance(v, numbers.Real) and not isinstance(v, bool)}
-  return PrivacySettings(
-      mechanism=p.mechanism, placement=p.placement, formula=p.formula,
-      epsilon=float(p.epsilon), client_epsilons=tuple(p.client_epsilons),
-      delta=float(p.delta), noise_multiplier=float(p.noise_multiplier),
-      rounds=int(cfg.rounds), bands=int(p.get("bands", 0)),
-      tree_restart=int(p.get("tree_restart", 0)),
-      enforce_budget=bool(p.get("enforce_budget", False)), schedule=sched.name,
-      schedule_params=params, validation=sched.get("validation", "server"),
-      val_noise_multiplier=float(sched.get("val_noise_multiplier", 1.0)),
-      eval_every=int(cfg.eval.every))
+  return {"mechanism": p.mechanism, "placement": p.placement, "formula": p.formula,
+          "epsilon": float(p.epsilon), "client_epsilons": tuple(p.client_epsilons),
+          "delta": float(p.delta), "noise_multiplier": float(p.noise_multiplier),
+          "rounds": int(cfg.rounds), "bands": int(p.get("bands", 0)),
+          "tree_restart": int(p.get("tree_restart", 0)),
+          "enforce_budget": bool(p.get("enforce_budget", False)), "schedule": sched.name,
+          "schedule_params": params, "validation": sched.get("validation", "server"),
+          "val_noise_multiplier": float(sched.get("val_noise_multiplier", 1.0)),
+          "eval_every": int(cfg.eval.every)}
 
 
 def from_config(cfg, counts=None, num_params: int | None = None) -> PrivacyInputs:
-  """The :class:`PrivacyInputs` of a run config.
+  """The :class:`PrivacyInputs` of a run config: its fields read here, the records
+  built in one go.
 
   Args:
     cfg: a run config (:func:`fedjax_dp.config.base_config` fields).
@@ -76,13 +74,16 @@ def from_config(cfg, counts=None, num_params: int | None = None) -> PrivacyInput
       the checks that need no data).
     num_params: the model's parameter count d, if known.
   """
+  client, server, privacy = _client_fields(cfg), _server_fields(cfg), _privacy_fields(cfg)
+  c = cfg.client
+  federation = {"num_clients": int(cfg.data.num_clients), "num_params": num_params,
+                "counts": None if counts is None else np.asarray(counts, np.float64),
+                "seed": int(cfg.seed)}
   return PrivacyInputs(
-      client=client_inputs(cfg), server=server_inputs(cfg),
-      federation=FederationSizes(
-          num_clients=int(cfg.data.num_clients),
-          counts=None if counts is None else np.asarray(counts, np.float64),
-          num_params=num_params, seed=int(cfg.seed)),
-      privacy=privacy_settings(cfg))
+      client=ClientInputs(lrs=local_learning_rates(c.lr, c.lr_decay, int(c.local_steps)),
+                          **client),
+      server=ServerInputs(**server), federation=FederationSizes(**federation),
+      privacy=PrivacySettings(**privacy))
 
 
 def plan_from_config(cfg, counts, num_params: int | None = None) -> PrivacyPlan:

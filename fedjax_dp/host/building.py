@@ -29,7 +29,6 @@ from fedjax_dp.privacy.plan import (
   make_privacy_plan,
   selection_probability,
 )
-from fedjax_dp.privacy.selection import SelectionRule
 from fedjax_dp.training import memory, rounds
 
 CLIENT_CHUNK_AUTO = -1  # server.client_chunk: choose from the free memory
@@ -61,11 +60,7 @@ def data_key(cfg) -> str:
 def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
   """The static :class:`fedjax_dp.training.rounds.RoundConfig` of a config's round,
   with the privacy plan's parts (the expected fraction, the correlated strategy)."""
-  return _round_config(cfg, privacy_inputs.from_config(cfg), client_chunk)
-
-
-def _round_config(cfg, inputs, client_chunk: int = 0) -> rounds.RoundConfig:
-  """:func:`round_config` from the config's typed privacy ``inputs``."""
+  inputs = privacy_inputs.from_config(cfg)
   fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   return rounds.round_config(cfg, client_chunk=client_chunk, expected_fraction=fraction,
                              correlated_noise=correlated_strategy(inputs))
@@ -113,32 +108,28 @@ def _build(cfg, cache: dict | None) -> Setup:
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
     raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
                                  f"partition has {u} clients (give one per client)")
+  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params)
   k_slots = selection_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
                                       cfg.server.q)
-  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params)
-  weights = _selection_weights(selection_lib.get_rule(cfg.server.selection), ds, clients,
-                               inputs)
+  weights = None
+  rule = selection_lib.get_rule(cfg.server.selection)
+  if rule.weights is not None:  # side information of the rule, from the partition (once)
+    try:
+      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, inputs.server)
+    except ValueError as e:
+      raise config_lib.ConfigError(str(e)) from e
   privacy = make_privacy_plan(inputs)
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")
-  round_cfg = _round_config(cfg, inputs)
+  fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
+  round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
+                                  correlated_noise=privacy.correlated)
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
                ds.source)
-
-
-def _selection_weights(rule: SelectionRule, ds, clients, inputs) -> np.ndarray | None:
-  """The rule's side information (:attr:`SelectionRule.weights`), from the partition,
-  computed once at build time; None for a rule without."""
-  if rule.weights is None:
-    return None
-  try:
-    return rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, inputs.server)
-  except ValueError as e:
-    raise config_lib.ConfigError(str(e)) from e
 
 
 def _data(cfg, cache: dict):
