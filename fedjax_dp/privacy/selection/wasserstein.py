@@ -77,17 +77,20 @@ PUBLIC_HISTOGRAMS = (
     "and a client is charged the rounds it was selected in")
 
 
-WASSERSTEIN_TOPK = SelectionRule(
-    sample=_wasserstein_topk, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
-    deterministic=True, sampling=full_sampling,
-    max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
-    weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS,
-    relation="replace_one", check=check_cohort,
-    summary="the K clients with the highest A-DPFL scores (same set each round)")
-WASSERSTEIN_SAMPLE = SelectionRule(
-    sample=_wasserstein_sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
-    deterministic=True, sampling=full_sampling,
-    max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
-    weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS,
-    relation="replace_one", check=check_cohort,
-    summary="K clients sampled in proportion to A-DPFL probabilities")
+def _wasserstein_rule(sample, field: str, summary: str) -> SelectionRule:
+  """An A-DPFL rule: K clients a round from the partition's ``field`` (public
+  histograms), charged per client for the rounds it was selected in."""
+  return SelectionRule(
+      sample=sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
+      deterministic=True, sampling=full_sampling,
+      max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
+      weights=_adpfl_weights(field), assumption=PUBLIC_HISTOGRAMS,
+      relation="replace_one", check=check_cohort, summary=summary)
+
+
+WASSERSTEIN_TOPK = _wasserstein_rule(
+    _wasserstein_topk, "scores",
+    "the K clients with the highest A-DPFL scores (same set each round)")
+WASSERSTEIN_SAMPLE = _wasserstein_rule(
+    _wasserstein_sample, "probabilities",
+    "K clients sampled in proportion to A-DPFL probabilities")
