@@ -50,8 +50,8 @@ import pandas as pd
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
+from fedjax_dp.config import privacy_inputs
 from fedjax_dp.privacy import accounting, calibration
-from fedjax_dp.privacy import plan as plan_lib
 
 # Table 1 (spec section 5.1) and the reductions of the module docstring.
 SIGMA0, K_DECAY, BATCH, CLIP, LR, ROUNDS = 1.0, 0.7, 20, 4.0, 0.05, 50
@@ -173,7 +173,7 @@ def certified(cfg):
 
 def _plan(cfg):
   counts = np.full(int(cfg.data.num_clients), float(cfg.data.samples_per_client))
-  return plan_lib.make_privacy_plan(cfg, counts)
+  return privacy_inputs.plan_from_config(cfg, counts)
 
 
 def engine_multiplier(cfg, sigma: float) -> float:
