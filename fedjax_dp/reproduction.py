@@ -9,11 +9,14 @@ Every ``results/<name>_meta.json`` (:func:`save_meta`) records what is needed to
 its CSVs again: the command (relative to the repository root), the git commit of the
 code that ran (``-dirty`` when ``fedjax_dp/`` or ``experiments/`` had uncommitted
 changes outside ``results/``), the package versions, a hash of the resolved configs
-the command ran (:func:`run_sweep` / :func:`note_configs`) and the CSVs it wrote.
+the command ran (:func:`run_sweep` / :func:`note_configs`), the CSVs it wrote and the
+CPU that ran it (``cpu_model`` and its SIMD ``cpu_flags``, :func:`cpu_info`): DP rows are
+bit-exact only on the CPU that made them, since XLA picks its kernels by the vector
+units it finds.
 ``python -m fedjax_dp.reproduction regenerate experiments/<paper>/results/<name>``
 re-runs that command into a fresh directory and prints, per CSV and numeric column,
 the largest absolute difference to the committed file
-(:func:`regenerate`).
+(:func:`regenerate`), and says when this CPU is not the one that made the result.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -108,6 +112,55 @@ def package_versions() -> dict[str, str | None]:
   return out
 
 
+# The vector-unit flags that decide which kernels XLA's CPU backend emits (recorded
+# beside the model name: two CPUs of one name can expose different flags in a VM).
+SIMD_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
+              "avx512bw", "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile", "asimd", "sve", "sve2")
+# What an old meta.json's CPU is: the field did not exist when it was written.
+CPU_UNKNOWN = "unknown (recorded before cpu_model)"
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+  """``{'cpu_model': name, 'cpu_flags': [the SIMD_FLAGS it has]}`` of this machine.
+
+  Args:
+    cpuinfo: the text of ``/proc/cpuinfo`` (default: read it; elsewhere the model is
+      :func:`platform.processor` and the flags are unknown, an empty list).
+  """
+  if cpuinfo is None:
+    try:
+      cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+      cpuinfo = ""
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    key, sep, value = line.partition(":")
+    if sep:
+      fields.setdefault(key.strip(), value.strip())
+  model = (fields.get("model name") or fields.get("Model") or fields.get("cpu model")
+           or platform.processor() or platform.machine() or "unknown")
+  flags = set((fields.get("flags") or fields.get("Features") or "").split())
+  return {"cpu_model": model, "cpu_flags": [f for f in SIMD_FLAGS if f in flags]}
+
+
+def cpu_difference(meta: Mapping[str, Any], here: Mapping[str, Any] | None = None) -> str | None:
+  """A line saying how this CPU differs from the one a meta.json recorded (None: the
+  same model and flags)."""
+  here = cpu_info() if here is None else here
+  made = meta.get("cpu_model")
+  if not made or made == CPU_UNKNOWN:
+    return (f"the CPU that made this result is unknown (recorded before cpu_model); this "
+            f"one is {here['cpu_model']} ({' '.join(here['cpu_flags']) or 'no flags'}): "
+            "DP rows may differ in their last digits")
+  flags = meta.get("cpu_flags")
+  if made == here["cpu_model"] and (flags is None or list(flags) == list(here["cpu_flags"])):
+    return None
+  return (f"made on {made} ({' '.join(flags or []) or 'flags unknown'}), re-run on "
+          f"{here['cpu_model']} ({' '.join(here['cpu_flags']) or 'no flags'}): another "
+          "CPU, so DP rows may differ in their last digits")
+
+
 def config_digest(cfg) -> str:
   """SHA-256 of one resolved config (a ConfigDict or a mapping), keys sorted."""
   from fedjax_dp.files import results
@@ -157,7 +210,7 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 
 
 def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **extra) -> dict:
-  """Writes ``results_dir/<name>_meta.json``: wall time, machine, command, commit,
+  """Writes ``results_dir/<name>_meta.json``: wall time, machine (:func:`cpu_info`), command, commit,
   package versions, the hash of the resolved configs (``configs`` and those noted by
   :func:`note_configs` / :func:`run_sweep`) and the CSVs this process wrote."""
   import jax
@@ -165,7 +218,8 @@ def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **ext
     note_configs(configs)
   results_dir.mkdir(parents=True, exist_ok=True)
   meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
-              cpu_count=os.cpu_count(), command=command_line(), commit=run_commit(),
+              cpu_count=os.cpu_count(), **cpu_info(), command=command_line(),
+              commit=run_commit(),
               versions=package_versions(), configs_sha256=configs_hash(),
               configs=len(_CONFIGS), outputs=list(_OUTPUTS), **extra)
   (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -311,7 +365,8 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
 
   Returns:
     :func:`compare_results`'s rows (the CSVs the meta.json lists, else every CSV the
-    command wrote or rewrote), one per CSV and numeric column.
+    command wrote or rewrote), one per CSV and numeric column; ``attrs['cpu']`` is
+    :func:`cpu_difference` (None when this CPU is the one that made the result).
 
   Raises:
     RegenerateError: see :func:`recorded_command`; ``out`` is not empty; the command
@@ -343,7 +398,11 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
                           f"its script must read {paper.upper()}_RESULTS and "
                           f"{paper.upper()}_RUNS")
   names = meta.get("outputs") or written
-  return pd.DataFrame(compare_results(out / "results", results_dir, names))
+  table = pd.DataFrame(compare_results(out / "results", results_dir, names))
+  table.attrs["cpu"] = cpu_difference(meta)
+  if table.attrs["cpu"]:
+    print(f"regenerate {name}: {table.attrs['cpu']}", flush=True)
+  return table
 
 
 def _seed_inputs(results_dir: Path, new_results: Path) -> None:
@@ -378,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table.to_string(index=False))
   worst = pd.to_numeric(table.get("max_abs_diff"), errors="coerce").max() if len(table) else 0.0
   print(f"largest absolute difference: {worst:.6g}")
+  print(f"CPU: {table.attrs.get('cpu') or 'the one that made the result'}")
   return 0
 
 
