@@ -199,6 +199,48 @@ def run_sweep(cfg, grid, out_dir=None, **kwargs):
   return sweep.run_sweep(cfg, grid, out_dir, **kwargs)
 
 
+# Schedules whose noise reads the round's metrics (CRD's test loss, A-DPFL's score,
+# Yuan's refinement): their epsilon follows only from a real run.
+ADAPTIVE_SCHEDULES = ("crd", "adpfl")
+
+
+def accounted_epsilon(cfg, *, cache: dict | None = None) -> dict[str, float]:
+  """The claimed and certified epsilon a run of ``cfg`` ends with, from the run loop's
+  host side alone (the schedule's noise plan, the selection and the accountant of
+  :class:`fedjax_dp.host.run_loop.RunLoop`), without training: the numbers a run's
+  last metrics row records, for a result whose CSV kept only the claimed one.
+
+  Exact for schedules whose noise does not read the metrics; the loop records zero
+  metrics and a zero test loss.
+
+  Args:
+    cfg: the run's config.
+    cache: a :func:`fedjax_dp.host.building.build` cache shared by many calls.
+
+  Returns:
+    ``{'epsilon_claimed', 'epsilon_certified', 'rounds'}`` after the last round.
+
+  Raises:
+    ValueError: the schedule's noise reads the metrics (:data:`ADAPTIVE_SCHEDULES`,
+      ``geometric`` with ``schedule.refine``).
+  """
+  from fedjax_dp import experiment
+  name = str(cfg.schedule.name)
+  if name in ADAPTIVE_SCHEDULES or (name == "geometric"
+                                    and float(cfg.schedule.get("refine", 0.0))):
+    raise ValueError(f"schedule {name!r} reads the round's metrics: its epsilon follows "
+                     "only from a real run")
+  loop = experiment.RunLoop(cfg, experiment.build(cfg, cache=cache), None)
+  while (args := loop.plan_round()) is not None:
+    zero = {"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0,
+            "num_selected": float(np.sum(args.sel_mask))}
+    loop.record(zero, (0.0, 0.0) if loop.wants_eval else None, 0.0,
+                0.0 if loop.wants_validation else None)
+  last = loop.rows[-1]
+  return {"epsilon_claimed": float(last["epsilon_claimed"]),
+          "epsilon_certified": float(last["epsilon_certified"]), "rounds": int(last["round"])}
+
+
 def command_line(argv: Sequence[str] | None = None) -> str:
   """``python <script> <args>`` with the script relative to the repository root (the
   directory :func:`regenerate` runs it from), shell-quoted."""

@@ -18,13 +18,24 @@ import common
 import pandas as pd
 
 
+def draw(curve) -> None:
+  seeds = int(curve["test_accuracy_count"].max())
+  common.plot_curves(curve, "k", "test_accuracy", "fig2_cnn_epsilon",
+                     f"Fu Fig. 2 (reduced): CNN / Gaussian on MNIST, E = 5 "
+                     f"(mean +- std, {seeds} seeds)", xlabel="iteration k",
+                     ylabel="test accuracy", reference=common.CHANCE_LINE)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=3)
   ap.add_argument("--rounds", type=int, default=50, help="T_g (T = 5 T_g)")
   ap.add_argument("--eval-every", type=int, default=5)
   ap.add_argument("--epsilons", default="10,20,30,inf")
+  common.add_replot_arg(ap)
   args = ap.parse_args(argv)
+  if args.replot:
+    return draw(common.committed("fig2_cnn_epsilon"))
   start = common.now()
   cfg = common.cnn_config()
   cfg.name = "fu_fig2"
@@ -40,10 +51,7 @@ def main(argv=None):
   curve = common.mean_std(df, ["privacy.epsilon", "k"],
                           ["test_accuracy", "test_loss", "epsilon_claimed", "epsilon_certified"])
   common.write(curve, "fig2_cnn_epsilon")
-  common.plot_curves(curve, "k", "test_accuracy", "fig2_cnn_epsilon",
-                     f"Fu Fig. 2 (reduced): CNN / Gaussian on MNIST, E = 5 "
-                     f"(mean +- std, {args.seeds} seeds)", xlabel="iteration k",
-                     ylabel="test accuracy")
+  draw(curve)
   final = curve[curve["k"] == curve["k"].max()]
   print(final[["privacy.epsilon", "k", "test_accuracy_mean", "test_accuracy_std",
                "epsilon_claimed_mean", "epsilon_certified_mean"]].to_string())

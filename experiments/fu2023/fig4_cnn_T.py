@@ -74,7 +74,7 @@ def main(argv=None):
                      f"Fu Fig. 4 (reduced): CNN / Gaussian, MNIST, E = 5, N = {args.clients}, "
                      f"b = {args.per_round}, {args.seeds} seeds" + (f"\n{args.note}" if args.note else ""),
                      xlabel="total iterations T", ylabel="final test accuracy (mean +- std)",
-                     extra=lambda ax: ax.axhline(0.1, color="gray", ls=":", label="chance"))
+                     reference=common.CHANCE_LINE)
   pd.set_option("display.width", 200)
   print(curve[["privacy.epsilon", "T", "test_accuracy_mean", "test_accuracy_std",
                "epsilon_claimed_mean", "epsilon_certified_mean"]].to_string())

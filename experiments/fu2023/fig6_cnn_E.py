@@ -21,13 +21,24 @@ PAPER = {10.0: (24, 0.4663, 0.0509), 20.0: (12, 0.6347, 0.0521), 30.0: (12, 0.67
          common.INF: (2, 0.7470, 0.7088)}
 
 
+def draw(curve, args) -> None:
+  seeds = int(curve["test_accuracy_count"].max())
+  common.plot_curves(curve, "E", "test_accuracy", "fig6_cnn_E",
+                     f"Fu Fig. 6 (reduced): CNN / Gaussian on MNIST, T = {args.total} "
+                     f"(mean +- std, {seeds} seeds)", xlabel="local iterations E",
+                     ylabel="final test accuracy", reference=common.CHANCE_LINE)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=3)
   ap.add_argument("--total", type=int, default=240)
   ap.add_argument("--e-grid", default="1,2,3,4,6,8,12,24")
   ap.add_argument("--epsilons", default="10,20,30,inf")
+  common.add_replot_arg(ap)
   args = ap.parse_args(argv)
+  if args.replot:
+    return draw(common.committed("fig6_cnn_E"), args)
   start = common.now()
   cfg = common.cnn_config()
   cfg.name = "fu_fig6"
@@ -46,10 +57,7 @@ def main(argv=None):
   for i, col in enumerate(("paper_best_E", "paper_acc_at_best", "paper_worst")):
     table[col] = [PAPER.get(e, (None,) * 3)[i] for e in table["privacy.epsilon"]]
   common.write(table, "table4_cnn_E")
-  common.plot_curves(curve, "E", "test_accuracy", "fig6_cnn_E",
-                     f"Fu Fig. 6 (reduced): CNN / Gaussian on MNIST, T = {args.total} "
-                     f"(mean +- std, {args.seeds} seeds)", xlabel="local iterations E",
-                     ylabel="final test accuracy")
+  draw(curve, args)
   pd.set_option("display.width", 200)
   print(table.to_string())
   common.save_meta("fig6_cnn_E", start, seeds=args.seeds)
