@@ -120,6 +120,38 @@ def cnn_config(**overrides):
   return cfg
 
 
+def add_federation_args(ap, defaults: Mapping[str, Any]) -> None:
+  """The CNN federation flags (``--clients`` N, ``--per-round`` b, ``--samples``,
+  ``--size-sigma``, ``--lr``, ``--client-chunk``, ``--name``) with ``defaults`` (a
+  :data:`CNN`-like dict): Figs. 2, 4 and 6 at another federation than their default."""
+  d = defaults
+  ap.add_argument("--clients", type=int, default=d["num_clients"], help="N")
+  ap.add_argument("--per-round", type=int, default=d["clients_per_round"], help="b")
+  ap.add_argument("--samples", type=int, default=d["samples_per_client"],
+                  help="mean images per client")
+  ap.add_argument("--size-sigma", type=float,
+                  default=d.get("size_sigma", config_lib.base_config().data.size_sigma),
+                  help="log-normal spread of client sizes (0 = equal)")
+  ap.add_argument("--lr", type=float, default=d["lr"], help="eta")
+  ap.add_argument("--client-chunk", type=int, default=0,
+                  help="server.client_chunk: 0 = all b clients at once (the CPU runs), "
+                       "-1 = the largest chunk that fits the device's free memory (a GPU "
+                       "at the paper's b = 350: each client holds its own copy of the "
+                       "6.4M-parameter CNN while it trains)")
+
+
+def federation_config(args):
+  """:func:`cnn_config` at the federation of :func:`add_federation_args`' flags."""
+  return cnn_config(num_clients=args.clients, clients_per_round=args.per_round,
+                    samples_per_client=args.samples, size_sigma=args.size_sigma,
+                    lr=args.lr, client_chunk=args.client_chunk)
+
+
+def federation_meta(args) -> dict[str, Any]:
+  return dict(clients=args.clients, per_round=args.per_round, samples=args.samples,
+              size_sigma=args.size_sigma, lr=args.lr, client_chunk=args.client_chunk)
+
+
 def initial_test_loss(cfg) -> float:
   """Test MSE of the zero model (T = 0: the paper's Figs. 3-4 start there; spec A10
   initialises the LR at zero, so it is the mean squared test target)."""
