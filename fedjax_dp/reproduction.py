@@ -9,10 +9,12 @@ Every ``results/<name>_meta.json`` (:func:`save_meta`) records what is needed to
 its CSVs again: the command (relative to the repository root), the git commit of the
 code that ran (``-dirty`` when ``fedjax_dp/`` or ``experiments/`` had uncommitted
 changes outside ``results/``), the package versions, a hash of the resolved configs
-the command ran (:func:`run_sweep` / :func:`note_configs`), the CSVs it wrote and the
-CPU that ran it (``cpu_model`` and its SIMD ``cpu_flags``, :func:`cpu_info`): DP rows are
-bit-exact only on the CPU that made them, since XLA picks its kernels by the vector
-units it finds.
+the command ran (:func:`run_sweep` / :func:`note_configs`), the CSVs it wrote, what
+each of its decisions reads (``decisions``, :func:`config_decisions`: a reported test
+accuracy is honest only if no decision read the test set, or the paper states that
+it does) and the CPU that ran it (``cpu_model`` and its SIMD ``cpu_flags``,
+:func:`cpu_info`): DP rows are bit-exact only on the CPU that made them, since XLA
+picks its kernels by the vector units it finds.
 ``python -m fedjax_dp.reproduction regenerate experiments/<paper>/results/<name>``
 re-runs that command into a fresh directory and prints, per CSV and numeric column,
 the largest absolute difference to the committed file
@@ -43,6 +45,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "fedjax_dp")
 _CONFIGS: list[str] = []
 _OUTPUTS: list[str] = []
 _COMMIT: list[str] = []  # the commit when the first config was noted (before compute)
+_DECISIONS: list[dict[str, Any]] = []  # what the noted runs' decisions read
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -83,6 +86,14 @@ def write_csv(results_dir: Path, df: pd.DataFrame, name: str) -> Path:
   if path.name not in _OUTPUTS:
     _OUTPUTS.append(path.name)
   return path
+
+
+def note_outputs(*names: str) -> None:
+  """Adds CSV file names (written without :func:`write_csv`) to this process's
+  meta.json ``outputs``."""
+  for name in names:
+    if name not in _OUTPUTS:
+      _OUTPUTS.append(name)
 
 
 def git_commit(root: Path = ROOT) -> str:
@@ -161,6 +172,52 @@ def cpu_difference(meta: Mapping[str, Any], here: Mapping[str, Any] | None = Non
           "CPU, so DP rows may differ in their last digits")
 
 
+# Where a decision's input comes from (``decisions[].reads``): the test set the results
+# are reported on, or data that is not it.
+READS_TEST = "test set"
+READS_CLIENTS = "the selected clients' data (noised, charged by the accountant)"
+# Decisions whose paper states that they read the test loss (quoted): a faithful
+# reproduction keeps them, and the meta says so.
+PAPER_STATED = {
+    "crd": ("Wei et al. CRD's discount trigger", '"V(w^t) is the test loss by the model w^t"'),
+    "optimal_t": ("Wei et al. optimal UDP's T (the lowest final loss of the T grid)",
+                  "the optimal T of Figs. 5/6, chosen on the plotted test loss"),
+    "refine": ("Yuan et al.'s online refinement of M", '"If the test loss function value at '
+               'the aggregator stops decreasing, then a new M\' is calculated"'),
+}
+
+
+def decision(what: str, reads: str, quote: str | None = None) -> dict[str, Any]:
+  """One ``decisions`` entry: ``paper_states`` is true when ``quote`` (the paper's
+  words) says the decision reads what it reads."""
+  return {"decision": what, "reads": reads, "paper_states": quote is not None,
+          **({"paper": quote} if quote else {})}
+
+
+def config_decisions(cfg) -> list[dict[str, Any]]:
+  """What the decisions a run of ``cfg`` makes read: A-DPFL's noise decay reads its
+  score (``schedule.validation``), CRD's trigger, Yuan's refinement and optimal UDP's
+  choice read the test loss, as their papers state (:data:`PAPER_STATED`)."""
+  name = str(cfg.schedule.name)
+  if name == "adpfl":
+    clients = cfg.schedule.get("validation", "server") == "clients"
+    return [decision("A-DPFL noise decay (eq. (15)): the validation score",
+                     READS_CLIENTS if clients else READS_TEST)]
+  if name == "geometric" and float(cfg.schedule.get("refine", 0.0)):
+    name = "refine"
+  if name in PAPER_STATED:
+    what, quote = PAPER_STATED[name]
+    return [decision(what, READS_TEST, quote)]
+  return []
+
+
+def note_decision(entry: Mapping[str, Any]) -> None:
+  """Adds a :func:`decision` this process made outside a run's config (a calibration's
+  choice of setting) to its meta.json's ``decisions``."""
+  if dict(entry) not in _DECISIONS:
+    _DECISIONS.append(dict(entry))
+
+
 def config_digest(cfg) -> str:
   """SHA-256 of one resolved config (a ConfigDict or a mapping), keys sorted."""
   from fedjax_dp.files import results
@@ -181,8 +238,11 @@ def run_commit() -> str:
 def note_configs(cfgs: Iterable[Any] | Mapping[Any, Any]) -> None:
   """Adds resolved configs to what this process's :func:`save_meta` hashes."""
   run_commit()
-  values = cfgs.values() if isinstance(cfgs, Mapping) else cfgs
+  values = list(cfgs.values() if isinstance(cfgs, Mapping) else cfgs)
   _CONFIGS.extend(config_digest(c) for c in values)
+  for c in values:
+    for entry in config_decisions(c) if hasattr(c, "schedule") else ():
+      note_decision(entry)
 
 
 def configs_hash(digests: Sequence[str] | None = None) -> str | None:
@@ -263,7 +323,8 @@ def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **ext
               cpu_count=os.cpu_count(), **cpu_info(), command=command_line(),
               commit=run_commit(),
               versions=package_versions(), configs_sha256=configs_hash(),
-              configs=len(_CONFIGS), outputs=list(_OUTPUTS), **extra)
+              configs=len(_CONFIGS), outputs=list(_OUTPUTS), decisions=list(_DECISIONS),
+              **extra)
   (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
   print(f"{name}: {meta['wall_seconds']} s")
   return meta
@@ -371,20 +432,21 @@ def _run_in_process(argv: Sequence[str], env: Mapping[str, str]) -> None:
   import runpy
   script = ROOT / argv[1]
   saved = (dict(os.environ), list(sys.argv), list(sys.path), list(_CONFIGS), list(_OUTPUTS),
-           list(_COMMIT), sys.modules.pop("common", None))
+           list(_COMMIT), list(_DECISIONS), sys.modules.pop("common", None))
   os.environ.update(env)
   sys.argv[:] = [str(script), *argv[2:]]
   sys.path.insert(0, str(script.parent))
-  del _CONFIGS[:], _OUTPUTS[:], _COMMIT[:]
+  del _CONFIGS[:], _OUTPUTS[:], _COMMIT[:], _DECISIONS[:]
   try:
     runpy.run_path(str(script), run_name="__main__")
   finally:
     os.environ.clear()
     os.environ.update(saved[0])
-    sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:], _COMMIT[:] = saved[1:6]
+    (sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:], _COMMIT[:],
+     _DECISIONS[:]) = saved[1:7]
     sys.modules.pop("common", None)
-    if saved[6] is not None:
-      sys.modules["common"] = saved[6]
+    if saved[7] is not None:
+      sys.modules["common"] = saved[7]
 
 
 def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool = False,
