@@ -83,6 +83,17 @@ def join(values: Sequence[str]) -> str:
 
 
 # --------------------------------------------------------------------------- Wei
+def best_per_eps_row(name: str, x: str, what: str, claim: str, regime: str, verdict: str
+                     ) -> Row:
+  """A CRD figure's row: the ``x`` of least final loss per eps (Wei Figs. 7, 14)."""
+  path, t = csv("wei2021", name)
+  best = t.loc[t.groupby("privacy.epsilon")["test_loss_mean"].idxmin()]
+  return Row("Wei", claim, regime,
+             f"{what} {join(num(v) for v in best[x])} at eps "
+             f"{join(num(v) for v in best['privacy.epsilon'])}",
+             join(eps(v) for v in best["epsilon_certified_mean"]), verdict, (path,))
+
+
 def wei_rows() -> list[Row]:
   rows = []
   for tag, regime, verdict, readme in (
@@ -110,24 +121,13 @@ def wei_rows() -> list[Row]:
     rows.append(Row("Wei", "Figs. 8/9: CRD above original UDP and Lei in accuracy", regime,
                     "; ".join(cells), f"CRD {join(eps(cert[e]) for e in acc.index)}",
                     verdict, (path,), readme))
-  path, t = csv("wei2021", "fig7_initial_T")
-  best = t.loc[t.groupby("privacy.epsilon")["test_loss_mean"].idxmin()]
-  rows.append(Row(
-      "Wei", "Fig. 7: CRD best when T0 is near the best T of Fig. 5",
-      "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3",
-      f"best T0 {join(num(v) for v in best['initial_T'])} at eps "
-      f"{join(num(v) for v in best['privacy.epsilon'])}",
-      join(eps(v) for v in best["epsilon_certified_mean"]),
-      "partly (best T0 at or above Fig. 5's best T)", (path,)))
-  path, t = csv("wei2021", "fig14_15_beta")
-  best = t.loc[t.groupby("privacy.epsilon")["test_loss_mean"].idxmin()]
-  rows.append(Row(
-      "Wei", "Figs. 14/15: beta = 0.8 best; rounds grow with beta",
-      "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3",
-      f"best beta {join(num(v) for v in best['schedule.beta'])} at eps "
-      f"{join(num(v) for v in best['privacy.epsilon'])}",
-      join(eps(v) for v in best["epsilon_certified_mean"]),
-      "partly (0.9 best, rounds grow with beta)", (path,)))
+  noise = "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3"
+  rows.append(best_per_eps_row("fig7_initial_T", "initial_T", "best T0",
+                               "Fig. 7: CRD best when T0 is near the best T of Fig. 5", noise,
+                               "partly (best T0 at or above Fig. 5's best T)"))
+  rows.append(best_per_eps_row("fig14_15_beta", "schedule.beta", "best beta",
+                               "Figs. 14/15: beta = 0.8 best; rounds grow with beta", noise,
+                               "partly (0.9 best, rounds grow with beta)"))
   return rows
 
 
