@@ -242,3 +242,26 @@ def test_privacy_off_allows_noiseless_score():
   # other schedules never release a score
   assert plan_from_config(_rr_cfg(**{"schedule.name": "constant"}),
                            np.full(4, 10)).validation == "server"
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_paper_epsilon_of_charges_the_score_as_the_run_loop_does(every):
+  """fedjax_dp.papers.adpfl.epsilon_of (A-DPFL's planned budgets, equal_epsilon.py) on
+  a noise pattern equals the run loop's certified epsilon for that pattern, the
+  released client scores included: the host loop (no training) with alpha = -1 never
+  reduces sigma (a score gain is never <= -1), so its pattern is all ones."""
+  from fedjax_dp.papers import adpfl
+  cfg = adpfl.method_config(adpfl.paper_config(
+      "mnist", "noniid", data_dir="../shared/datasets/mnist", rounds=5, num_clients=40,
+      samples=60, clients=4, validation="clients"), "adpfl")
+  cfg.schedule.alpha, cfg.schedule.adjust_every = -1.0, float(every)
+  cfg.model.name = "logistic"
+  loop = experiment.RunLoop(cfg, experiment.build(cfg), None)
+  while (a := loop.plan_round()) is not None:
+    loop.record({"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0,
+                 "num_selected": float(a.sel_mask.sum())}, (0.0, 0.0),
+                0.0, 0.0 if loop.wants_validation else None)
+  certified = loop.rows[-1]["epsilon_certified"]
+  np.testing.assert_allclose(adpfl.epsilon_of(cfg, np.ones(5)), certified, rtol=1e-9)
+  cfg.schedule.validation = "server"
+  assert adpfl.epsilon_of(cfg, np.ones(5)) < certified  # the score's releases cost
