@@ -58,7 +58,8 @@ def test_registries_build_directions_without_learning_rate():
       assert (opt.init(g) is None) == (not opt.stateful)
   assert not optimizers.FEDAVG.stateful and optimizers.FEDADAM.stateful
   user = optimizers.from_transformation(optax.sgd(0.1))
-  assert user.own_lr and user.stateful and user.step_weights_fn is None and not optimizers.SGD.own_lr
+  assert user.own_lr and user.stateful and user.step_weights_fn is None
+  assert not optimizers.SGD.own_lr
 
 
 def test_step_weights():
@@ -103,7 +104,7 @@ def _hand_client(model, mode_name, params, x, y, mask, tx, steps, clip):
   denom = jnp.maximum(jnp.sum(mask), 1.0)
   state = tx.init(params)
   for _ in range(steps):
-    gsum, _, _ = mode.grad(model, params, x, y, mask, clip, denom, 64)
+    gsum, _, _ = mode.client.grad(model, params, x, y, mask, clip, denom, 64)
     g = jax.tree_util.tree_map(lambda v: v / denom, gsum)
     u, state = tx.update(g, state, params)
     params = optax.apply_updates(params, u)
@@ -141,13 +142,13 @@ def _old_client_update(model, cfg, global_params, x, y, mask, key, hp):
 
   def step(params, lr_s):
     denom = jnp.maximum(jnp.sum(mask), 1.0)
-    gsum, _, _ = mode.grad(model, params, x, y, mask, hp.clip, denom, cfg.chunk_size)
+    gsum, _, _ = mode.client.grad(model, params, x, y, mask, hp.clip, denom, cfg.chunk_size)
     new = jax.tree_util.tree_map(lambda p, g: p - lr_s * (g / denom + cfg.l2_reg * p),
                                  params, gsum)
-    return mode.after_step(new, hp.clip), None
+    return mode.client.after_step(new, hp.clip), None
 
   params, _ = jax.lax.scan(step, global_params, lr, unroll=cfg.local_steps)
-  return mode.after_local(params, global_params, hp.clip)[0]
+  return mode.client.after_local(params, global_params, hp.clip)[0]
 
 
 def test_sgd_client_is_bit_identical_to_the_step_of_before():

@@ -10,8 +10,8 @@ import pytest
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import optimizers
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.host import checkpoint, server
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training.client import ClientConfig
 from fedjax_dp.training.rounds import RoundConfig
 
@@ -30,7 +30,7 @@ def _spec(cfg, stream=(1, 2)):
   """A spec from the config and a made-up setup: U clients of N examples."""
   counts = np.full(U, N)
   setup = types.SimpleNamespace(
-      privacy=make_privacy_plan(cfg, counts), num_clients=U, selection_weights=None,
+      privacy=plan_from_config(cfg, counts), num_clients=U, selection_weights=None,
       round_cfg=RoundConfig(), data=types.SimpleNamespace(counts=counts), data_fingerprint=None,
       model=types.SimpleNamespace(is_regression=False))
   return server.spec(cfg, setup, np.asarray(stream, np.uint32))
@@ -148,7 +148,7 @@ def test_learning_rates_of_an_optimizer_with_its_own_rate():
   user = optimizers.from_transformation(optax.sgd(0.1))
   counts = np.full(U, N)
   setup = types.SimpleNamespace(
-      privacy=make_privacy_plan(cfg, counts), num_clients=U, selection_weights=None,
+      privacy=plan_from_config(cfg, counts), num_clients=U, selection_weights=None,
       round_cfg=RoundConfig(ClientConfig(local_steps=3, optimizer=user), server_optimizer=user),
       data=None, data_fingerprint=None,
       model=types.SimpleNamespace(is_regression=False))

@@ -577,7 +577,8 @@ FIELD_RULES: dict[str, Rule] = {
                                                        "MECHANISMS")),
     "privacy.placement": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
                                                        "PLACEMENTS")),
-    "privacy.formula": Rule("str", choices=_registry("fedjax_dp.privacy.plan", "FORMULAS")),
+    "privacy.formula": Rule("str", choices=_registry("fedjax_dp.privacy.formulas.registry",
+                                                     "FORMULAS")),
     "privacy.noise_multiplier": Rule("float", 0.0),
     "privacy.client_epsilons": Rule("floats", 0.0, open_low=True, inf=True),
     "privacy.enforce_budget": Rule("bool"),
@@ -690,20 +691,23 @@ def _check_data_source(cfg: ConfigDict) -> None:
                       "lending_club or femnist) for the files there, or unset data.dir")
 
 
-# The mechanisms that validate their own fields (each module's ``check_config(cfg)``,
-# raising a ConfigError naming the field): the schedule, the selection rule and the
+# The mechanisms that validate their own fields (each module's ``check_config(inputs)``,
+# raising a ConfigError naming the field): the selection rule, the schedule and the
 # clip mode the config picks. They sit below this module (docs/architecture.md: the
 # config floor is above the round, the mechanisms, the models and the data, whose
-# registries FIELD_RULES read too); like those registries they are looked up by name
-# when a config is validated, so that loading a config imports no JAX.
+# registries FIELD_RULES read too) and read the config's typed privacy inputs, which
+# PRIVACY_INPUTS builds (fedjax_dp.config.privacy_inputs: from_config, check_owners);
+# like those registries it is imported when a config is validated, so that loading a
+# config imports no JAX.
+PRIVACY_INPUTS = "fedjax_dp.config.privacy_inputs"
 SELECTION_CHECKS = "fedjax_dp.privacy.selection"
 OWNER_CHECKS = ("fedjax_dp.privacy.schedules", "fedjax_dp.privacy.clip_modes")
 
 
 def _check_owners(cfg: ConfigDict) -> None:
-  """The picked selection rule's, schedule's and clip mode's own checks, in that order."""
-  for module in (SELECTION_CHECKS, *OWNER_CHECKS):
-    importlib.import_module(module).check_config(cfg)
+  """The picked selection rule's, schedule's and clip mode's own checks, in that order,
+  on the config's :class:`fedjax_dp.privacy.inputs.PrivacyInputs`."""
+  importlib.import_module(PRIVACY_INPUTS).check_owners(cfg)
 
 
 def _check_targets(cfg: ConfigDict) -> None:

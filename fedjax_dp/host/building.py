@@ -20,6 +20,7 @@ import numpy as np
 from fedjax_dp import compile_cache
 from fedjax_dp import config as config_lib
 from fedjax_dp import optimizers
+from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.fingerprint import dataset_fingerprint
 from fedjax_dp.data.federated import pack_federated_data
@@ -64,9 +65,10 @@ def data_key(cfg) -> str:
 def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
   """The static :class:`fedjax_dp.training.rounds.RoundConfig` of a config's round,
   with the privacy plan's parts (the expected fraction, the correlated strategy)."""
-  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  inputs = privacy_inputs.from_config(cfg)
+  fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   return rounds.round_config(cfg, client_chunk=client_chunk, expected_fraction=fraction,
-                             correlated_noise=correlated_strategy(cfg))
+                             correlated_noise=correlated_strategy(inputs))
 
 
 def build(cfg, *, cache: dict | None = None,
@@ -144,23 +146,24 @@ def _build(cfg, cache: dict | None, given: tuple) -> Setup:
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
     raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
                                  f"partition has {u} clients (give one per client)")
+  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params,
+                                      client_optimizer=opts[0])
   k_slots = selection_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
                                       cfg.server.q)
   weights = None
   rule = selection_lib.get_rule(cfg.server.selection)
   if rule.weights is not None:  # side information of the rule, from the partition (once)
     try:
-      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
+      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, inputs.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  privacy = make_privacy_plan(cfg, np.asarray(list(map(len, clients))), num_params=num_params,
-                              client_optimizer=opts[0])
+  privacy = make_privacy_plan(inputs)
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")
-  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
-                                  correlated_noise=correlated_strategy(cfg),
+                                  correlated_noise=privacy.correlated,
                                   client_optimizer=opts[0], server_optimizer=opts[1])
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)

@@ -3,8 +3,9 @@
 A client starts from the global model and runs ``local_steps`` steps of full-batch
 GD or minibatch SGD by ``lax.scan``, or of another optax direction
 (``client.optimizer``, :mod:`fedjax_dp.optimizers`: heavy-ball momentum, Adam, a
-transformation passed from Python) whose state starts fresh every round. Privacy enters in optional places, chosen by
-:class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client):
+transformation passed from Python) whose state starts fresh every round. Privacy
+enters in optional places, chosen by :class:`ClientConfig` (static) and
+:class:`ClientHParams` (traced per client):
 
 * ``clip_mode`` -- a mode of :data:`fedjax_dp.privacy.clip_modes.CLIP_MODES` (per
   example L2/L1, parameter projection, update clipping, per-step gradient
@@ -207,7 +208,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     # Poisson: divide by the expected size B (a constant), so the step's release is
     # (clipped sum + noise) / B with sensitivity C / B under add/remove of one example.
     gdenom = jnp.float32(cfg.batch_size) if cfg.minibatch == "poisson" else denom
-    gsum, losses, mean_norm = mode.grad(model, params, xb, yb, wb, hp.clip, denom,
+    gsum, losses, mean_norm = mode.client.grad(model, params, xb, yb, wb, hp.clip, denom,
                                         cfg.chunk_size)
     if cfg.noise_placement == "step":
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
@@ -217,7 +218,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     # sgd's direction is grad itself, so the step is p - lr_s * grad as always.
     d, opt_state = direction.update(grad, opt_state, params)
     new = jax.tree_util.tree_map(lambda p, u: p - lr_s * u, params, d)
-    new = mode.after_step(new, hp.clip)
+    new = mode.client.after_step(new, hp.clip)
     return (new, opt_state), (jnp.sum(losses * wb) / denom, mean_norm)
 
   steps = jnp.arange(cfg.local_steps)
@@ -227,7 +228,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
   carry = (global_params, direction.init(global_params))
   (params, _), (losses, norms) = jax.lax.scan(step, carry, (steps, lr), unroll=unroll)
-  params, update_norm = mode.after_local(params, global_params, hp.clip)
+  params, update_norm = mode.client.after_local(params, global_params, hp.clip)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
                                   hp.upload_noise, cfg.mechanism)

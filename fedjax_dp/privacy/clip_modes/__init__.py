@@ -14,8 +14,6 @@ Adding a clip mode: write ``fedjax_dp/privacy/clip_modes/<name>.py`` defining
 
 from __future__ import annotations
 
-from fedjax_dp import optimizers
-from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy.clip_modes import (
   base,
   none,
@@ -26,7 +24,13 @@ from fedjax_dp.privacy.clip_modes import (
   step_grad_l2,
   update_l2,
 )
-from fedjax_dp.privacy.clip_modes.base import Canary, ClipMode, SensitivityInputs
+from fedjax_dp.privacy.clip_modes.base import (
+  Canary,
+  ClientHooks,
+  ClipMode,
+  Proof,
+  SensitivityInputs,
+)
 
 CLIP_MODES: dict[str, ClipMode] = {
     "none": none.MODE,
@@ -58,36 +62,27 @@ def register(mode: ClipMode) -> ClipMode:
   return mode
 
 
-def check_config(cfg) -> None:
-  """The configured mode's own checks (:attr:`ClipMode.check`), and the client
-  optimizer where the mode's bound at the placement counts the local steps
-  (:attr:`ClipMode.step_weighted`, :func:`base.check_optimizer`); an unknown mode or
-  optimizer is left to the config's field rules.
+def check_config(inputs) -> None:
+  """The configured mode's own checks (:attr:`Proof.check`) of
+  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, and the client optimizer where the
+  mode's bound at the placement counts the local steps (:attr:`Proof.step_weighted`,
+  :func:`base.check_step_weighted`); an unknown mode is left to the config's field
+  rules.
 
   Raises:
     ConfigError: naming the field.
   """
-  mode = CLIP_MODES.get(cfg.client.clip_mode)
-  if mode is None:
-    return
-  mode.check(cfg)
-  placement = cfg.privacy.placement
-  # What the check reads (linear, l2_contraction) is the registered record's own,
-  # whatever its hyperparameter values.
-  optimizer = optimizers.CLIENT_OPTIMIZERS.get(cfg.client.get("optimizer", "sgd"))
-  if placement in mode.step_weighted and optimizer is not None:
-    try:
-      base.check_optimizer(optimizer, mode.name, placement, float(cfg.client.l2_reg),
-                           int(cfg.client.local_steps))
-    except ValueError as e:
-      raise ConfigError(str(e)) from e
+  mode = CLIP_MODES.get(inputs.client.clip_mode)
+  if mode is not None:
+    mode.proof.check(inputs)
+    base.check_step_weighted(mode, inputs)
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:
   """The modes with a proven (L1, when ``laplace``) sensitivity at ``placement``."""
   return tuple(n for n, m in CLIP_MODES.items()
-               if placement in (m.laplace if laplace else m.placements))
+               if placement in (m.proof.laplace if laplace else m.proof.placements))
 
 
-__all__ = ["CLIP_MODES", "Canary", "ClipMode", "SensitivityInputs", "check_config", "get",
-           "register", "supporting"]
+__all__ = ["CLIP_MODES", "Canary", "ClientHooks", "ClipMode", "Proof", "SensitivityInputs",
+           "check_config", "get", "register", "supporting"]

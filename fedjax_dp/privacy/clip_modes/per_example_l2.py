@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_dp.privacy import fused
 from fedjax_dp.privacy.clip_modes import base
 
 
@@ -78,16 +79,13 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
   """Per-example clipping's sensitivity at ``placement`` (``upload`` or ``step``)."""
   if placement == "step":
     return step_sensitivity(inputs)
-  return upload_sensitivity(inputs.clip, base.step_weights(inputs), inputs.batch)
+  return upload_sensitivity(inputs.clip, base.step_weights(placement, inputs), inputs.batch)
 
 
 MODE = base.ClipMode(
     name="per_example_l2",
     summary="each example's gradient clipped to L2 norm C (Wei et al.; DP-SGD)",
-    grad=base.per_example_grad(2),
-    sensitivity=sensitivity,
-    placements=("upload", "step"),
-    step_weighted=("upload",),
-    norm=2,
-    poisson_steps=True,
+    client=base.ClientHooks(base.per_example_grad(2), fused=fused.per_example(2)),
+    proof=base.Proof(sensitivity, placements=("upload", "step"), step_weighted=("upload",),
+                     poisson_steps=True),
 )
