@@ -308,7 +308,7 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
 
 
 def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
-                overwrite: bool) -> None:
+                overwrite: bool | str) -> None:
   """Claims the sweep directory and every point's (and ``optimal_t`` candidate's)
   before any compute (:func:`fedjax_dp.files.outputs.claim`)."""
   outputs.claim(out, "sweep", overwrite=overwrite,
@@ -323,7 +323,7 @@ def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
 def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
               sets: Sequence[str] = (), progress: bool | None = None,
               devices: Sequence[jax.Device] | None = None,
-              overwrite: bool = False) -> list[dict[str, Any]]:
+              overwrite: bool | str = False) -> list[dict[str, Any]]:
   """Runs every point of ``grid`` over ``cfg``, batching points that share shapes.
 
   Args:
@@ -335,7 +335,8 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     progress: show a progress bar over the whole sweep; default ``cfg.progress``.
     devices: devices to lay the sweep over (default: all, on all hosts).
     overwrite: replace what an earlier sweep wrote in ``out_dir`` (only that: a
-      directory holding anything else is refused, named).
+      directory holding anything else, or a file of the sweep's changed since, is
+      refused, named; ``outputs.EDITED`` removes the changed files too).
 
   Returns:
     One dict per point and round, in grid order: the point's name, its grid values

@@ -200,7 +200,7 @@ def save_model(path: str | os.PathLike, params: Any) -> None:
 
 
 def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
-                  overwrite: bool = False) -> None:
+                  overwrite: bool | str = False) -> None:
   """Checks that run directory ``path`` may be written by a run of ``config``, and
   claims it (:func:`fedjax_dp.files.outputs.claim`, kind ``'run'``).
 
