@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_dp.errors import UserError
+from fedjax_dp.errors import UserError, unreadable
 
 # Keys that never distinguish two runs' results (labels skip them).
 _IGNORED_KEYS = ("name", "progress", "checkpoint.", "data.dir", "privacy.noise_stream")
@@ -182,14 +182,21 @@ def style(i: int) -> dict[str, Any]:
 
 
 def _read_rows(path: Path) -> list[dict[str, str]]:
-  """The rows of a run's metrics.csv; a file of another shape is a UserError naming it."""
+  """The rows of a run's metrics.csv; a file of another shape is a UserError naming it
+  (and the first value that is not what a run writes)."""
   try:
     with open(path, newline="") as f:
       rows = list(csv.DictReader(f))
-    for r in rows:
-      int(r["round"]), float(r["test_loss"] or "nan")
-  except (KeyError, ValueError, TypeError, UnicodeDecodeError, csv.Error) as e:
-    raise UserError(f"{path} is not a metrics.csv of a run ({type(e).__name__}: {e})") from None
+  except (UnicodeDecodeError, csv.Error) as e:
+    raise UserError(f"{path} is not a metrics.csv of a run ({unreadable(e)})") from None
+  for i, r in enumerate(rows, start=2):  # line 1 is the header
+    for key, kind in (("round", int), ("test_loss", float)):
+      value = r.get(key)
+      try:
+        kind(value if value != "" or kind is int else "nan")
+      except (TypeError, ValueError):
+        why = f"no {key} column" if value is None else f"line {i}: {key} {value!r} is not a number"
+        raise UserError(f"{path} is not a metrics.csv of a run ({why})") from None
   return rows
 
 

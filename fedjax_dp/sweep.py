@@ -59,6 +59,7 @@ import jax
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, optimal_t, sharding
 from fedjax_dp.config import noise_identity
+from fedjax_dp.errors import unreadable
 from fedjax_dp.files import outputs, results
 from fedjax_dp.host import checkpoint
 
@@ -288,8 +289,8 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
     have = json.loads(path.read_text())
     old = _grid_values(have["points"])
   except (ValueError, KeyError, TypeError) as e:
-    raise config_lib.ConfigError(f"--out {out}: unreadable {path} ({e}); use --overwrite to "
-                                 "replace it, or another --out") from None
+    raise config_lib.ConfigError(f"--out {out}: unreadable {path} ({unreadable(e)}); use "
+                                 "--overwrite to replace it, or another --out") from None
   new = _grid_values(_as_json([{"values": p.values} for p in points]))
   diff = [f"{k}: {old.get(k, '(not in grid)')} -> {new.get(k, '(not in grid)')}"
           for k in [*old, *(k for k in new if k not in old)] if old.get(k) != new.get(k)]

@@ -281,6 +281,76 @@ def precious_next_to_out(tmp, mp):
   (tmp / "precious" / "notes.txt").write_text("mine")
 
 
+# ----------------------------------------------------------------------------- setups (issue 50)
+
+
+def users_files(tmp, mp):
+  """A folder of the user's own files beside the outputs."""
+  (tmp / "user").mkdir()
+  (tmp / "user" / "mine.png").write_bytes(b"my own figure")
+  (tmp / "user" / "mine.json").write_text('{"mine": true}\n')
+
+
+def own_plot(tmp, mp):
+  """A plot fedjax-dp wrote earlier at {tmp}/cmp.png (of the copied finished run)."""
+  assert cli.main(["plot", str(tmp / "run"), "--out", str(tmp / "cmp.png")]) == 0
+
+
+def own_plot_edited(tmp, mp):
+  own_plot(tmp, mp)
+  with open(tmp / "cmp.png", "ab") as f:
+    f.write(b"annotated by hand")
+
+
+def edited_run(tmp, mp):
+  """The finished run with config.json edited and metrics.png replaced by the user."""
+  cfg = json.loads((tmp / "run" / "config.json").read_text())
+  (tmp / "run" / "config.json").write_text(json.dumps({**cfg, "note": "mine"}, indent=1))
+  (tmp / "run" / "metrics.png").write_bytes(b"my own figure")
+
+
+def replaced_png(tmp, mp):
+  (tmp / "run" / "metrics.png").write_bytes(b"my own figure")
+
+
+def copied_run(tmp, mp):
+  """The finished run, and a copy of it under another folder (same name, same seed)."""
+  shutil.copytree(tmp / "run", tmp / "elsewhere" / "run")
+
+
+def exiting_config(tmp, mp):
+  _py(tmp, "exits.py", "import sys\ndef get_config():\n  sys.exit(0)\n")
+
+
+def exiting_module(tmp, mp):
+  _py(tmp, "exits.py", "import sys\nsys.exit(3)\ndef get_config():\n  return {}\n")
+
+
+def list_config(tmp, mp):
+  _py(tmp, "list_cfg.py", "def get_config():\n  return [('rounds', 1)]\n")
+
+
+def _base_py(tmp: Path, name: str, line: str) -> None:
+  _py(tmp, name, f"from fedjax_dp import config\ndef get_config():\n  c = config.base_config()\n"
+      f"  {line}\n  return c\n")
+
+
+def str_for_float(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.privacy.epsilon = '8'")
+
+
+def float_for_int(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.rounds = 2.5")
+
+
+def number_for_section(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.privacy = 8")
+
+
+def str_for_float_ambiguous_leaf(tmp, mp):  # data.alpha and schedule.alpha
+  _base_py(tmp, "badtype.py", "c.schedule.alpha = 'low'")
+
+
 # ----------------------------------------------------------------------------- checks
 
 
@@ -315,6 +385,21 @@ def check_account(*needles):
     for n in needles:
       assert n in stdout, (n, stdout)
   return check
+
+
+def check_replaced_users_png(tmp, stdout):
+  assert (tmp / "user" / "mine.png").read_bytes().startswith(b"\x89PNG")
+  assert (tmp / "user" / "mine.json").read_text() == '{"mine": true}\n'
+
+
+def check_fresh_run(tmp, stdout):
+  assert _summary(tmp / "run")["rounds_run"] == 1
+  assert "note" not in json.loads((tmp / "run" / "config.json").read_text())
+  assert (tmp / "run" / "metrics.png").read_bytes().startswith(b"\x89PNG")
+
+
+def check_two_lines(tmp, stdout):
+  assert "2 lines" in stdout and "mean" not in stdout, stdout
 
 
 # ----------------------------------------------------------------------------- the table
@@ -646,6 +731,58 @@ CASES: list[tuple[str, list[str], Callable | None, Err | Reach | Works]] = [
      None, Works(check_mnist_run)),
 ]
 
+# --- issue 50 (a user's first hour, round three); kept together
+CASES += [
+    # --out never replaces a file fedjax-dp did not write (or wrote and the user changed)
+    ("plot-over-users-file", ["plot", "{run}", "--out", "{tmp}/user/mine.png"], users_files,
+     err("{tmp}/user/mine.png exists and was not written by fedjax-dp", "--overwrite")),
+    ("audit-over-users-file", [*AUDIT[:2], "--trials", "50", "--no-run-certificate", "--out",
+                               "{tmp}/user/mine.json"], users_files,
+     err("{tmp}/user/mine.json exists and was not written by fedjax-dp", "--overwrite")),
+    ("plot-over-edited-own-plot", ["plot", "{run}", "--out", "{tmp}/cmp.png"], own_plot_edited,
+     err("{tmp}/cmp.png was changed since fedjax-dp wrote it", "--overwrite")),
+    ("audit-out-manifest-name", [*AUDIT, "--out", "{tmp}/.fedjax_dp.json"], None,
+     err(".fedjax_dp.json is the name of fedjax-dp's list", "another name")),
+    ("plot-overwrite-users-file", ["plot", "{run}", "--out", "{tmp}/user/mine.png",
+                                   "--overwrite"], users_files, Works(check_replaced_users_png)),
+    ("plot-again-replaces-own-plot", ["plot", "{run}", "--out", "{tmp}/cmp.png"], own_plot,
+     Works(check_plot)),
+    # --overwrite and resuming never lose the user's edits (digests in the manifest)
+    ("overwrite-edited-run", [*RUN[:2], "--out", "{run}", "--no-progress", "--overwrite",
+                              *_set("rounds=1")], edited_run,
+     err("{tmp}/run/config.json was changed since fedjax-dp wrote it; nothing was removed",
+         "--overwrite-edited")),
+    ("resume-replaced-png", [*RUN[:2], "--out", "{run}", "--no-progress", *_set("rounds=1")],
+     replaced_png, err("{tmp}/run/metrics.png was changed since fedjax-dp wrote it",
+                       "resuming would replace it")),
+    ("overwrite-edited-flag", [*RUN[:2], "--out", "{run}", "--no-progress",
+                               "--overwrite-edited", *_set("rounds=1")], edited_run,
+     Works(check_fresh_run)),
+    # two directories of one run are two lines
+    ("plot-two-copies-of-a-run", ["plot", "{run}", "{tmp}/elsewhere/run", "--out",
+                                  "{tmp}/cmp.png"], copied_run, Works(check_two_lines)),
+    # config files that exit or return no config
+    ("config-sys-exit", ["run", "{tmp}/exits.py", "--out", "{out}"], exiting_config,
+     err("config file {tmp}/exits.py: exited (sys.exit(0))", "get_config() must return")),
+    ("config-module-sys-exit", ["run", "{tmp}/exits.py", "--out", "{out}"], exiting_module,
+     err("config file {tmp}/exits.py: exited (sys.exit(3))")),
+    ("config-returns-list", ["run", "{tmp}/list_cfg.py", "--out", "{out}"], list_config,
+     err("list_cfg.py", "got list")),
+    ("audit-config-sys-exit", ["audit", "{tmp}/exits.py", "--trials", "10"], exiting_config,
+     err("{tmp}/exits.py", "sys.exit(0)")),
+    # a library's words in the project's
+    ("config-str-for-float", ["run", "{tmp}/badtype.py", "--out", "{out}"], str_for_float,
+     err("privacy.epsilon='8' in {tmp}/badtype.py: expected a number")),
+    ("config-float-for-int", ["run", "{tmp}/badtype.py", "--out", "{out}"], float_for_int,
+     err("rounds=2.5 in {tmp}/badtype.py: expected an integer")),
+    ("config-number-for-section", ["run", "{tmp}/badtype.py", "--out", "{out}"],
+     number_for_section, err("privacy=8 in {tmp}/badtype.py: expected a section of fields")),
+    ("config-str-for-schedule-alpha", ["run", "{tmp}/badtype.py", "--out", "{out}"],
+     str_for_float_ambiguous_leaf, err("schedule.alpha='low' in {tmp}/badtype.py")),
+    ("config-json-broken-where", ["run", "{tmp}/config.json", "--out", "{out}"],
+     config_json_broken, err("config.json: not valid JSON at line 1, column 14")),
+]
+
 
 # ----------------------------------------------------------------------------- the test
 
@@ -719,6 +856,7 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
     datasets_lib.clear_cache()
     setup(tmp_path, monkeypatch)
   before = _files(tmp_path)
+  contents = {p: p.read_bytes() for p in before} if isinstance(expected, Err) else {}
   _guard(monkeypatch, expected, argv[0] if argv else "")
   capsys.readouterr()
   reached = False
@@ -734,6 +872,8 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
   assert "Traceback" not in err_text
   if isinstance(expected, Err):
     assert not reached, f"{name}: passed every check and reached the compute"
+    changed = sorted(str(p) for p, data in contents.items() if p.read_bytes() != data)
+    assert not changed, f"{name}: changed {changed}"
     lines = [line for line in err_text.splitlines() if line.strip()]
     assert code == expected.code, (code, err_text)
     assert len(lines) == 1, err_text

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import ml_collections
 from ml_collections import config_dict
 
-from fedjax_dp.errors import ConfigError, UserError
+from fedjax_dp.errors import ConfigError, UserError, unreadable
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -288,8 +288,8 @@ def load_config(path: str | Path) -> ConfigDict:
   if path.suffix == ".json":
     try:
       blob = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-      raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
+    except ValueError as e:  # (UnicodeDecodeError is one)
+      raise ConfigError(f"config file {path}: {unreadable(e)}") from None
     return from_dict(blob, str(path))
   if path.suffix not in ("", ".py"):  # a file without a suffix is Python all the same
     raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
@@ -303,23 +303,75 @@ def _load_file(path: Path) -> ConfigDict:
   # An explicit source loader: a file without the .py suffix is Python all the same.
   spec = importlib.util.spec_from_loader(name, SourceFileLoader(name, str(path)))
   module = importlib.util.module_from_spec(spec)
-  try:
+  with _user_code(path, "failed to load"):
     spec.loader.exec_module(module)
-  except Exception as e:  # a config file is user code: say which file failed, and how
-    raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if not hasattr(module, "get_config"):
     raise ConfigError(f"{path} has no get_config()")
-  try:
+  with _user_code(path, "get_config() failed"):
     cfg = module.get_config()
-  except Exception as e:  # user code again
-    raise ConfigError(f"config file {path}: get_config() failed: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if isinstance(cfg, ConfigDict):
     if set(_all_keys(base_config())) <= set(_all_keys(cfg)):
       return cfg
     cfg = cfg.to_dict()  # a partial ConfigDict: laid over the defaults like a dict
   return from_dict(cfg, f"{path}: get_config()")
+
+
+@contextlib.contextmanager
+def _user_code(path: Path, what: str):
+  """Runs a config file's code: its errors, and an exit, become one ConfigError naming
+  the file (a wrongly typed assignment to a field in the project's words)."""
+  try:
+    yield
+  except SystemExit as e:  # sys.exit() in a config file: no config, and no run
+    raise ConfigError(f"config file {path}: exited (sys.exit({e.code!r})) instead of "
+                      "returning a config; get_config() must return one") from None
+  except Exception as e:  # a config file is user code: say which file failed, and how
+    typed = _assignment_error(e, path)
+    if typed is not None:
+      raise typed from None
+    raise ConfigError(f"config file {path}: {what}: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
+
+
+_EXPECTED = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
+             tuple: "a tuple, e.g. (1, 2)", list: "a list"}
+
+
+def _assignment_error(error: Exception, path: Path) -> ConfigError | None:
+  """ml_collections' refusal of ``c.privacy.epsilon = '8'`` (a TypeError raised in a
+  ConfigDict's ``__setitem__``) as ``privacy.epsilon='8' in FILE: expected a number``;
+  None for any other error."""
+  if not isinstance(error, TypeError):
+    return None
+  frame, tb = None, error.__traceback__
+  while tb is not None:  # the innermost ConfigDict.__setitem__ holds section, key, value
+    f = tb.tb_frame
+    if f.f_code.co_name == "__setitem__" and isinstance(f.f_locals.get("self"), ConfigDict):
+      frame = f
+    tb = tb.tb_next
+  if frame is None or not isinstance(frame.f_locals.get("key"), str):
+    return None
+  section, key, value = (frame.f_locals[k] for k in ("self", "key", "value"))
+  try:
+    old = section[key]
+  except (KeyError, AttributeError):
+    return None
+  if isinstance(old, ConfigDict):
+    want = f"a section of fields (set them one by one: {_section_name(section)}{key}.<field> = ...)"
+  else:
+    want = _EXPECTED.get(type(old), f"a {type(old).__name__}")
+  return ConfigError(f"{_section_name(section)}{key}={value!r} in {path}: expected {want}")
+
+
+def _section_name(section: ConfigDict) -> str:
+  """``'privacy.'`` for the privacy section of a config (told by its fields), ``''``
+  for the top level or a section the base config does not have."""
+  have = set(section.keys())
+  best, score = "", len(have & set(base_config().keys()))
+  for name, sub in base_config().items():
+    if isinstance(sub, ConfigDict) and len(have & set(sub.keys())) > score:
+      best, score = f"{name}.", len(have & set(sub.keys()))
+  return best
 
 
 def _coerce(value: Any, like: Any) -> Any:

@@ -71,7 +71,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedjax_dp.errors import UserError
+from fedjax_dp.errors import UserError, unreadable
 
 MANIFEST = ".fedjax_dp.json"
 RUN_KINDS = ("run", "sweep-point", "candidate")
@@ -175,12 +175,8 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any] | None:
     return None
   try:
     m = json.loads(path.read_text())
-  except UnicodeDecodeError:
-    why = "not UTF-8 text"
-  except json.JSONDecodeError as e:
-    why = f"not valid JSON at line {e.lineno}, column {e.colno}"
-  except OSError as e:
-    why = e.strerror or type(e).__name__
+  except (OSError, ValueError) as e:
+    why = unreadable(e)
   else:
     digests = m.get("sha256", {}) if isinstance(m, dict) else None
     if (isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("files"), list)

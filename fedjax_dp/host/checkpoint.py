@@ -42,6 +42,7 @@ from flax import serialization
 
 from fedjax_dp import sharding
 from fedjax_dp.config import ConfigError, UserError, schema
+from fedjax_dp.errors import unreadable
 from fedjax_dp.files import outputs, results
 
 FILENAME = "checkpoint.msgpack"
@@ -170,7 +171,7 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
     params = serialization.from_state_dict(params_template, d["params"])
     config = json.loads(d["config"])
   except (KeyError, TypeError, ValueError) as e:
-    raise CheckpointError(f"unreadable checkpoint {path}: {e}") from e
+    raise CheckpointError(f"unreadable checkpoint {path}: {unreadable(e)}") from e
   return state, params, config
 
 
@@ -227,8 +228,8 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
     try:
       have = json.loads(found.read_text())
     except ValueError as e:
-      raise ConfigError(f"--out {path}: unreadable {found} ({e}); use --overwrite to replace "
-                        "it") from e
+      raise ConfigError(f"--out {path}: unreadable {found} ({unreadable(e)}); use --overwrite "
+                        "to replace it") from e
     diff = config_diff(have, config)
     if diff:
       raise ConfigError(f"--out {path} holds a run of a different config "
