@@ -31,8 +31,9 @@ def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp.files import outputs
 
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
-  config_lib.validate(cfg)  # before the run directory is touched
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, args.set or [])
+  config_lib.validate(cfg, as_given=given)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
   outputs.check_dir(args.out)  # before the engine is even imported
@@ -71,11 +72,12 @@ def _cmd_sweep(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp import sweep
 
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, args.set or [])
   grid = sweep.parse_grid(args.grid)
   start = time.time()
   rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress,
-                         overwrite=_overwrite(args))
+                         overwrite=_overwrite(args), as_given=given)
   last: dict[str, dict] = {}
   for r in rows:
     last[r["point"]] = r
@@ -181,8 +183,9 @@ def _cmd_audit(args) -> int:
     raise UserError(str(e)) from None
   if not 0 <= opts.seed < 2**32:  # a numpy seed
     raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
-  cfg = config_lib.override(config_lib.load_config(args.config), args.set or [])
-  config_lib.validate(cfg)
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, args.set or [])
+  config_lib.validate(cfg, as_given=given)
   if not available():
     raise UserError(INSTALL_HINT)
   try:

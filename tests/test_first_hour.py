@@ -61,6 +61,7 @@ class Reach(NamedTuple):
 
 class Works(NamedTuple):
   check: Callable[[Path, str], None]
+  quiet: bool = False  # nothing at all on stderr (no warning line either)
 
 
 def err(*needles: str, code: int = 2, loads: bool = False) -> Err:
@@ -349,6 +350,15 @@ def number_for_section(tmp, mp):
 
 def str_for_float_ambiguous_leaf(tmp, mp):  # data.alpha and schedule.alpha
   _base_py(tmp, "badtype.py", "c.schedule.alpha = 'low'")
+
+
+def file_sets_unread_q(tmp, mp):
+  _base_py(tmp, "unread.py", "c.server.q = 0.3")
+
+
+def file_sets_noise_multiplier(tmp, mp):
+  """A config whose formula reads the multiplier it sets (another is picked by --set)."""
+  _base_py(tmp, "nm.py", "c.privacy.formula = 'noise_multiplier'; c.privacy.noise_multiplier = 0.5")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -781,6 +791,53 @@ CASES += [
      str_for_float_ambiguous_leaf, err("schedule.alpha='low' in {tmp}/badtype.py")),
     ("config-json-broken-where", ["run", "{tmp}/config.json", "--out", "{out}"],
      config_json_broken, err("config.json: not valid JSON at line 1, column 14")),
+    # a field the chosen rule, schedule, mechanism, formula, clip mode or partition does
+    # not read (fedjax_dp.config.READERS)
+    ("unread-server-q", [*RUN, *_set("server.q=0.3")], None,
+     err("server.q=0.3 does nothing: only server.selection 'poisson' or 'cyclic_poisson' "
+         "reads it, and this config has server.selection='uniform'")),
+    ("unread-t-grid", [*RUN, *_set("schedule.t_grid=(25,50)")], None,
+     err("schedule.t_grid=(25, 50) does nothing: only schedule.name 'optimal_t' reads it",
+         "schedule.name='constant'")),
+    ("unread-schedule-beta", [*RUN, *_set("schedule.beta=0.5")], None,
+     err("schedule.beta=0.5 does nothing: only schedule.name 'crd' reads it")),
+    ("unread-val-noise", [*RUN, *_set("schedule.val_noise_multiplier=2")], None,
+     err("schedule.val_noise_multiplier=2.0 does nothing", "'adpfl'")),
+    ("unread-noise-multiplier", [*RUN, *_set("privacy.noise_multiplier=2")], None,
+     err("privacy.noise_multiplier=2.0 does nothing: only privacy.formula 'noise_multiplier'",
+         "privacy.formula='calibrated'")),
+    ("unread-bands", [*RUN, *_set("privacy.bands=4")], None,
+     err("privacy.bands=4 does nothing: only privacy.mechanism 'bandmf' reads it",
+         "privacy.mechanism='gaussian'")),
+    ("unread-tree-restart", [*RUN, *_set("privacy.tree_restart=5")], None,
+     err("privacy.tree_restart=5 does nothing: only privacy.mechanism 'tree' reads it")),
+    ("unread-clip-quantile", [*RUN, *_set("server.clip_quantile=0.3")], None,
+     err("server.clip_quantile=0.3 does nothing: only server.clip_rule 'private_median'")),
+    ("unread-wasserstein-metric", [*RUN, *_set("server.wasserstein_metric=ordinal")], None,
+     err("server.wasserstein_metric='ordinal' does nothing",
+         "'wasserstein_topk' or 'wasserstein_sample'")),
+    ("unread-data-alpha", [*RUN, *_set("data.alpha=0.3")], None,
+     err("data.alpha=0.3 does nothing: only data.partition 'dirichlet' reads it",
+         "data.partition='iid'")),
+    ("unread-group-sizes", [*RUN, *_set("data.group_sizes=(10,20)")], None,
+     err("data.group_sizes=(10, 20) does nothing", "'unbalanced'")),
+    ("unread-clip-without-clipping", [*RUN, *_set("client.clip_mode=none", "client.clip=2",
+                                                  "privacy.epsilon=inf")], None,
+     err("client.clip=2.0 does nothing: every client.clip_mode but 'none' reads it")),
+    ("unread-in-config-file", ["run", "{tmp}/unread.py", "--out", "{out}"], file_sets_unread_q,
+     err("server.q=0.3 does nothing", "server.selection='uniform'")),
+    ("unread-audit", [*AUDIT, *_set("server.q=0.3")], None, err("server.q=0.3 does nothing")),
+    ("unread-in-every-sweep-point", [*SWEEP, "--grid", "seed=0,1", *_set("server.q=0.3")],
+     None, err("server.q=0.3 does nothing", "(in every point of the sweep)")),
+    ("unread-grid-values", [*SWEEP, "--grid", "privacy.bands=2,4"], None,
+     err("privacy.bands=2 does nothing", "in every point")),
+    ("read-when-chosen", [*RUN, *_set("server.selection=poisson", "server.q=0.3")], None,
+     Reach()),
+    ("read-by-some-sweep-points", [*SWEEP, "--grid", "schedule.name=constant,crd",
+                                   *_set("schedule.beta=0.5")], None, Reach()),
+    ("file-field-left-by-a-switch", ["run", "{tmp}/nm.py", "--out", "{out}", "--no-progress",
+                                     *_set("privacy.formula=calibrated", "rounds=1")],
+     file_sets_noise_multiplier, Reach()),
 ]
 
 
@@ -888,6 +945,7 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
     assert reached, f"{name}: exit {code}, stderr {err_text!r}"
   else:
     assert code == 0, (code, err_text)
+    assert not (expected.quiet and err_text.strip()), err_text
     expected.check(tmp_path, out)
 
 

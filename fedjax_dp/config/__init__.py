@@ -798,16 +798,117 @@ def _check_execution(cfg: ConfigDict) -> None:
                       f"Laplace); got {cfg.privacy.placement!r}, {cfg.privacy.mechanism!r}")
 
 
+class Readers(NamedTuple):
+  """A registry whose entries declare the config fields they read (:data:`READERS`).
+
+  Attributes:
+    chooser: the field that picks the entry (``server.selection``).
+    module: the registry's module, imported when a config is checked.
+    reads: ``module -> {entry name: fields it reads}``: each entry's own declaration
+      (a ``reads`` field on the entry, or a table beside a registry of functions).
+  """
+
+  chooser: str
+  module: str
+  reads: Any
+
+
+def _entries_read(registry: str):
+  return lambda m: {n: tuple(e.reads) for n, e in getattr(m, registry).items()}
+
+
+def _schedules_read(m) -> dict[str, tuple[str, ...]]:
+  """A schedule reads its ``PARAMS`` and its entry's ``reads``; the T search
+  (:data:`OPTIMAL_T`, not a schedule) reads ``schedule.t_grid``."""
+  return {**{n: (*m.config_fields(n), *s.reads) for n, s in m.SCHEDULES.items()},
+          OPTIMAL_T: ("schedule.t_grid",)}
+
+
+def _mechanisms_read(m) -> dict[str, tuple[str, ...]]:
+  """The i.i.d. mechanisms read none of the correlated ones' fields."""
+  correlated = importlib.import_module("fedjax_dp.privacy.correlated").CORRELATED
+  return {n: tuple(correlated[n].reads) if n in correlated else () for n in m.MECHANISMS}
+
+
+# Every registry whose entries read fields that other entries do not: the one place
+# unread_fields() learns what reads what (each registry declares it; looked up by
+# module name at call time, so loading a config imports none of them).
+READERS = (
+    Readers("server.selection", "fedjax_dp.privacy.selection", _entries_read("RULES")),
+    Readers("schedule.name", "fedjax_dp.privacy.schedules", _schedules_read),
+    Readers("privacy.mechanism", "fedjax_dp.privacy.mechanisms", _mechanisms_read),
+    Readers("privacy.formula", "fedjax_dp.privacy.plan", _entries_read("FORMULAS")),
+    Readers("client.clip_mode", "fedjax_dp.privacy.clip_modes", _entries_read("CLIP_MODES")),
+    Readers("server.clip_rule", "fedjax_dp.training.rounds", lambda m: m.CLIP_RULE_READS),
+    Readers("data.partition", "fedjax_dp.data.partition", lambda m: m.PARTITION_READS),
+)
+
+
+def _value(cfg: ConfigDict, key: str) -> Any:
+  node = cfg
+  for part in key.split("."):
+    node = node[part]
+  return node
+
+
+def unread_fields(cfg: ConfigDict, as_given: ConfigDict | None = None) -> list[str]:
+  """The fields ``cfg`` sets that the objects it picks do not read, one message each.
+
+  A field is read by some entries of a registry (:data:`READERS`: a selection rule, a
+  schedule, a correlated mechanism, a formula, a clip mode, a clip rule, a
+  partition). It is reported when the entry ``cfg`` picks does not read it and it was
+  set: changed from ``as_given`` (the config as its file gave it, before ``--set``),
+  or set in that file away from its default (:func:`base_config`) while the file's
+  own pick does not read it either. A field the file set for its own pick is not
+  reported when ``--set`` picks another entry.
+
+  Args:
+    cfg: the config to run.
+    as_given: the config before the command line's changes; None: ``cfg`` itself.
+  """
+  as_given = cfg if as_given is None else as_given
+  defaults = base_config()
+  out = []
+  for r in READERS:
+    reads = r.reads(importlib.import_module(r.module))
+    chosen, given = _value(cfg, r.chooser), _value(as_given, r.chooser)
+    if chosen not in reads:
+      continue  # an unknown name: the field rules say so
+    for field in dict.fromkeys(f for fields in reads.values() for f in fields):
+      if field in reads[chosen]:
+        continue
+      value, before = _value(cfg, field), _value(as_given, field)
+      changed = value != before
+      if not (changed or (value != _value(defaults, field)
+                          and field not in reads.get(given, ()))):
+        continue
+      readers = [n for n, fields in reads.items() if field in fields]
+      who = (f"every {r.chooser} but {', '.join(repr(n) for n in reads if n not in readers)}"
+             if len(readers) > len(reads) / 2 else
+             f"only {r.chooser} {' or '.join(map(repr, readers))}")
+      out.append(f"{field}={value!r} does nothing: {who} reads it, and this config has "
+                 f"{r.chooser}={chosen!r}")
+  return out
+
+
 def is_optimal_t(cfg: ConfigDict) -> bool:
   """Whether ``cfg`` asks for the T search (:data:`OPTIMAL_T`)."""
   return cfg.schedule.name == OPTIMAL_T
 
 
-def validate(cfg: ConfigDict) -> None:
+def validate(cfg: ConfigDict, *, as_given: ConfigDict | None = None) -> None:
   """Checks values that do not need the data; raises :class:`ConfigError` naming the field.
 
   The field rules first, then this module's cross-field checks, then each picked
-  mechanism's own (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`)."""
+  mechanism's own (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`).
+
+  Args:
+    cfg: the config.
+    as_given: the config as its file gave it, before the command line's ``--set``:
+      with it, a field that does nothing (:func:`unread_fields`) is refused too.
+      The commands pass it; a config built in code, e.g. a derived run such as an
+      ``optimal_t`` candidate, is not judged for fields it carries along.
+  """
   check_fields(cfg)
   _check_client_epsilons(cfg)
   _check_data_source(cfg)
@@ -818,3 +919,7 @@ def validate(cfg: ConfigDict) -> None:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")
   _check_owners(cfg)
+  if as_given is not None:
+    unread = unread_fields(cfg, as_given)
+    if unread:
+      raise ConfigError(unread[0])

@@ -330,8 +330,9 @@ def _orders_array(orders) -> np.ndarray:
 
 
 def _gaussian_rdp(z: np.ndarray, orders: np.ndarray) -> np.ndarray:
-  """RDP of the Gaussian mechanism, ``alpha / (2 z^2)``. ``z [n]`` -> ``[n, A]``."""
-  with np.errstate(divide="ignore", invalid="ignore"):
+  """RDP of the Gaussian mechanism, ``alpha / (2 z^2)``. ``z [n]`` -> ``[n, A]``
+  (``z^2`` overflowing to inf gives 0, its limit)."""
+  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
     out = orders[None, :] / (2.0 * z[:, None] ** 2)
   out[np.isinf(z)] = 0.0
   return out
@@ -801,7 +802,12 @@ def event_rdp(event: Event, orders=None) -> np.ndarray:
   curves = np.zeros((z.size, orders.size))
   live = weight > 0
   if live.any():
-    curves[live] = _event_curves(event, q[live], z[live], orders) * weight[live, None]
+    # Extreme multipliers (z^2 overflowing, 1 / z^2 overflowing) reach inf and nan in
+    # the bounds' intermediate terms; an RDP value that is nan is unknown, and inf
+    # (no bound at that order) is the conservative value for it.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+      live_curves = _event_curves(event, q[live], z[live], orders) * weight[live, None]
+    curves[live] = np.where(np.isnan(live_curves), np.inf, live_curves)
   return curves.reshape(*shape, orders.size)
 
 
@@ -939,7 +945,13 @@ def gaussian_epsilon(mu, delta: float) -> np.ndarray:
   """Smallest eps with ``gaussian_delta(mu, eps) <= delta`` (vectorised bisection)."""
   delta = _check_delta(delta)
   mu = np.asarray(mu, dtype=np.float64)
-  hi = np.maximum(1.0, mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0)
+  infinite = np.isinf(mu)  # no noise: eps = inf (set below; searched as mu = 0)
+  mu = np.where(infinite, 0.0, mu)
+  # log(1 / delta), also where 1 / delta overflows (delta below ~5.6e-309)
+  log_inv = math.log(1 / delta) if 1 / delta < math.inf else -math.log(delta)
+  with np.errstate(over="ignore"):
+    hi = np.maximum(1.0, mu * mu / 2 + mu * math.sqrt(2 * log_inv) + 1.0)
+  hi = np.minimum(hi, np.finfo(np.float64).max)
   lo = np.zeros_like(mu)
   zero = gaussian_delta(mu, 0.0) <= delta
   for _ in range(200):
@@ -950,7 +962,7 @@ def gaussian_epsilon(mu, delta: float) -> np.ndarray:
     if np.all(hi - lo <= 1e-13 * np.maximum(1.0, hi)):
       break
   out = np.where(zero, 0.0, hi)
-  return np.where(np.isinf(mu), np.inf, out)
+  return np.where(infinite, np.inf, out)
 
 
 def _exact_totals(history: Sequence[Event]):
@@ -966,14 +978,15 @@ def _exact_totals(history: Sequence[Event]):
     if not np.any(w > 0):
       continue
     mechs.add(e.mechanism)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # 1 / z, 1 / z^2 may reach inf
       inv = np.where(np.isinf(z), 0.0, 1.0 / z)
+      inv2 = inv ** 2
     if e.mechanism == "gaussian":
       if e.is_subsampled and np.any(q[w > 0] < 1):
         raise ValueError(
             "accountant='exact' composes non-subsampled Gaussians only (q = 1); use "
             f"accountant='rdp' (certified) or 'pld' for sampling={e.sampling!r} with q < 1")
-      mu2 = mu2 + w * inv ** 2
+      mu2 = mu2 + w * inv2
     else:
       amplify = ((e.sampling == "poisson" and e.relation == "add_remove")
                  or e.sampling == "fixed_size")
@@ -1000,13 +1013,40 @@ def _import_pld():
   return privacy_loss_distribution
 
 
+# dp_accounting's PLD of one mechanism holds about PLD_POINTS[mechanism] / (z * dvi)
+# points (a Gaussian's losses x / z^2 over its +-10 z truncation; a Laplace's within
+# +-1 / z), at seconds per million on one core, and it squares z in Python floats
+# (OverflowError above z ~ 1e154).
+PLD_POINTS = {"gaussian": 20.5, "laplace": 2.0}
+PLD_MAX_POINTS = 5_000_000
+# More noise is a post-processing of less (Blackwell): the PLD of a larger multiplier
+# is bounded by that of a smaller one, so larger ones are accounted at this one.
+_PLD_MAX_MULTIPLIER = 1e100
+
+
+def pld_min_multiplier(mechanism: str, pld_discretization: float) -> float:
+  """The smallest noise multiplier whose PLD stays within :data:`PLD_MAX_POINTS`."""
+  return PLD_POINTS[mechanism] / (PLD_MAX_POINTS * pld_discretization)
+
+
 def _pld_single(event: Event, z: float, q: float, dvi: float):
-  """dp_accounting PLD of one repetition of ``event`` for one unit."""
+  """dp_accounting PLD of one repetition of ``event`` for one unit.
+
+  Raises:
+    ValueError: a sampling dp_accounting has no PLD for, or a multiplier below
+      :func:`pld_min_multiplier` (its PLD would not fit in time and memory).
+  """
   pld = _import_pld()
   s, rel = event.sampling, event.relation
   if s == "fixed_size" and event.fixed_size_method == "wor":
     raise ValueError("accountant='pld' does not support fixed-size sampling without "
                      "replacement (dp_accounting has no PLD for it); use accountant='rdp'")
+  if z < pld_min_multiplier(event.mechanism, dvi):
+    raise ValueError(
+        f"accountant='pld': noise multiplier {z:.4g} at value discretization {dvi:g} needs a "
+        f"privacy loss distribution of ~{PLD_POINTS[event.mechanism] / z / dvi:.2g} points "
+        f"(at most {PLD_MAX_POINTS:g}); use accountant='rdp', or a coarser discretization")
+  z = min(z, _PLD_MAX_MULTIPLIER)
   if event.mechanism == "gaussian":
     base = lambda p: pld.from_gaussian_mechanism(
         z, value_discretization_interval=dvi, sampling_prob=p)

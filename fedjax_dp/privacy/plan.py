@@ -110,10 +110,15 @@ class Formula(NamedTuple):
       of a constant schedule of ``rounds`` rounds for finite targets ``eps``.
     claimed: ``(plan, state) -> float`` the epsilon the formula claims after
       ``state.rounds`` rounds (worst client); ``None``: the certified epsilon.
+    reads: the config fields the formula reads that not every formula reads
+      (``privacy.noise_multiplier``): a config that sets one away from its default
+      while picking a formula that does not read it is refused
+      (:func:`fedjax_dp.config.unread_fields`).
   """
 
   noise_scale: Callable[..., np.ndarray]
   claimed: Callable[..., float] | None = None
+  reads: tuple[str, ...] = ()
 
 
 def _wei_eq10_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
@@ -258,7 +263,7 @@ YUAN_FORMULAS = {"yuan_eq8": "gaussian", "yuan_eq8_corrected": "gaussian",
 FORMULAS: dict[str, Formula] = {
     "calibrated": Formula(_calibrated_scale),
     "wei_eq10": Formula(_wei_eq10_scale, _wei_eq10_claimed),
-    "noise_multiplier": Formula(_multiplier_scale),
+    "noise_multiplier": Formula(_multiplier_scale, reads=("privacy.noise_multiplier",)),
     "yuan_eq8": Formula(_yuan_eq8_scale, _yuan_eq8_claimed),
     "yuan_eq8_corrected": Formula(_yuan_eq8_corrected_scale, _yuan_eq8_corrected_claimed),
     "yuan_laplace": Formula(_yuan_laplace_scale, _yuan_laplace_claimed),

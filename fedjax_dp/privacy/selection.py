@@ -143,6 +143,9 @@ class SelectionRule(NamedTuple):
       probability its ``sampling`` event states (Poisson, client level). A banded
       matrix mechanism with ``b <= period`` bands is then amplified
       (:mod:`fedjax_dp.privacy.correlated.bandmf`).
+    reads: the config fields the rule reads that not every rule reads (dotted keys):
+      a config that sets one away from its default while picking a rule that does
+      not read it is refused (:func:`fedjax_dp.config.unread_fields`).
   """
 
   sample: Callable[..., np.ndarray]
@@ -160,6 +163,7 @@ class SelectionRule(NamedTuple):
   public_pattern: bool = False
   groups: Callable[[int, int, float, int], np.ndarray] | None = None
   min_sep_poisson: bool = False
+  reads: tuple[str, ...] = ()
 
 
 def poisson_cap(num_clients: int, q: float) -> int:
@@ -363,7 +367,7 @@ RULES: dict[str, SelectionRule] = {
         sample=_poisson, slots=lambda u, k, q: poisson_cap(u, q), q=lambda u, k, q: float(q),
         deterministic=False, sampling=_random_sampling("poisson"),
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: 0,
-        check=_check_rate),
+        check=_check_rate, reads=("server.q",)),
     "round_robin": _passes_rule(_round_robin),
     "cyclic": _passes_rule(_cyclic),
     "cyclic_poisson": SelectionRule(
@@ -373,7 +377,7 @@ RULES: dict[str, SelectionRule] = {
         max_participations=lambda u, k, q, t: -(-t // rounds_per_pass(u, k)),
         min_cohort=lambda u, k, q: 0, check=_check_cohort_and_rate,
         period=lambda u, k, q: rounds_per_pass(u, k), groups=_cyclic_groups,
-        min_sep_poisson=True),
+        min_sep_poisson=True, reads=("server.q",)),
     "all": SelectionRule(
         sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
         deterministic=False, sampling=_full,
@@ -384,13 +388,13 @@ RULES: dict[str, SelectionRule] = {
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
         weights=_adpfl_weights("scores"), assumption=PUBLIC_HISTOGRAMS,
-        relation="replace_one", check=_check_cohort),
+        relation="replace_one", check=_check_cohort, reads=("server.wasserstein_metric",)),
     "wasserstein_sample": SelectionRule(
         sample=_wasserstein_sample, slots=lambda u, k, q: k, q=lambda u, k, q: k / u,
         deterministic=True, sampling=_full,
         max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
         weights=_adpfl_weights("probabilities"), assumption=PUBLIC_HISTOGRAMS,
-        relation="replace_one", check=_check_cohort),
+        relation="replace_one", check=_check_cohort, reads=("server.wasserstein_metric",)),
 }
 SELECTIONS = tuple(RULES)
 

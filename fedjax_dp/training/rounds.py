@@ -49,6 +49,12 @@ CONV_IMPLS = ("auto",) + layers.CONV_IMPLS
 # update norm; data dependent, certified epsilon inf) | private_median (Andrew et al.
 # 2021: S_t from a noisy count of unclipped updates, updated by the host).
 CLIP_RULES = ("fixed", "median", "private_median")
+# The config fields each clip rule reads that not every rule reads: a config that sets
+# one away from its default with another rule is refused (fedjax_dp.config.unread_fields).
+CLIP_RULE_READS: dict[str, tuple[str, ...]] = {
+    "fixed": (), "median": (),
+    "private_median": ("server.clip_quantile", "server.clip_lr", "server.clip_count_std"),
+}
 
 
 class RoundArgs(NamedTuple):

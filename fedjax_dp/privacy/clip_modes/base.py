@@ -117,6 +117,10 @@ class ClipMode(NamedTuple):
       (``client.minibatch='poisson'``, placement ``'step'``) is proved for it.
     server_clip: the server's adaptive clip rules (``server.clip_rule``) may re-clip
       its uploads (they are updates clipped to a bound).
+    reads: the config fields the mode reads that not every mode reads (the bound
+      ``client.clip``; ``()`` for ``none``): a config that sets one away from its
+      default while picking a mode that does not read it is refused
+      (:func:`fedjax_dp.config.unread_fields`).
   """
 
   name: str
@@ -134,6 +138,7 @@ class ClipMode(NamedTuple):
   norm: int = 0
   poisson_steps: bool = False
   server_clip: bool = False
+  reads: tuple[str, ...] = ("client.clip",)
 
   def level(self, placement: str) -> str:
     """The privacy unit of the release at ``placement``."""

@@ -16,4 +16,5 @@ MODE = base.ClipMode(
     summary="no clipping (non-private training only)",
     grad=base.plain_grad,
     sensitivity=base.no_sensitivity,
+    reads=(),
 )

@@ -180,4 +180,5 @@ def check(cfg) -> None:
                       f"rounds: eval.every={cfg.eval.every} must divide it")
 
 
-SCHEDULE = Schedule(init, plan, observe, check)
+SCHEDULE = Schedule(init, plan, observe, check,
+                    reads=("schedule.validation", "schedule.val_noise_multiplier"))
