@@ -742,6 +742,34 @@ CASES: list[tuple[str, list[str], Callable | None, Err | Reach | Works]] = [
 ]
 
 # --- issue 50 (a user's first hour, round three); kept together
+_CENTRAL = ("client.clip_mode=update_l2", "privacy.placement=central",
+            "server.clip_rule=private_median")
+# (row, the field named, the value it leads to, --set): one per numeric field that feeds
+# a sensitivity, a noise scale or a step size (no finite privacy.delta in (0, 1) does).
+OVERFLOWS = [
+    ("clip", "client.clip", "the sensitivity of a client's release would be inf",
+     ("client.clip=1e308",)),
+    ("lr", "client.lr", "a local step size", ("client.lr=1e39",)),
+    ("lr-decay", "client.lr_decay", "would be 1e+90",
+     ("client.lr_decay=1e10", "client.local_steps=10")),
+    ("server-lr", "server.lr", "the server's step times a local step", ("server.lr=1e39",)),
+    ("l2-reg", "client.l2_reg", "the weight decay of a local step", ("client.l2_reg=1e300",)),
+    ("noise-multiplier", "privacy.noise_multiplier", "the noise scale",
+     ("privacy.formula=noise_multiplier", "privacy.noise_multiplier=1e300")),
+    ("epsilon", "privacy.epsilon", "the noise scale",
+     ("privacy.formula=wei_eq10", "privacy.epsilon=1e-300")),
+    ("client-epsilons", "privacy.client_epsilons", "the noise scale",
+     ("privacy.formula=wei_eq10", "privacy.client_epsilons=(1e-300,8,8,8,8,8,8,8,8,8)")),
+    ("theta", "schedule.theta", "the noise scale",
+     ("schedule.name=geometric", "schedule.theta=1e100")),
+    ("val-noise", "schedule.val_noise_multiplier", "the released validation score",
+     ("schedule.name=adpfl", "schedule.val_noise_multiplier=1e300")),
+    ("clip-lr", "server.clip_lr", "one step of its clip bound",
+     (*_CENTRAL, "server.clip_lr=1e300")),
+    ("clip-count-std", "server.clip_count_std", "count noise",
+     (*_CENTRAL, "server.clip_count_std=1e300")),
+]
+
 CASES += [
     # --out never replaces a file fedjax-dp did not write (or wrote and the user changed)
     ("plot-over-users-file", ["plot", "{run}", "--out", "{tmp}/user/mine.png"], users_files,
@@ -838,6 +866,13 @@ CASES += [
     ("file-field-left-by-a-switch", ["run", "{tmp}/nm.py", "--out", "{out}", "--no-progress",
                                      *_set("privacy.formula=calibrated", "rounds=1")],
      file_sets_noise_multiplier, Reach()),
+    # a finite value whose derived sensitivity, noise or step a float32 round cannot hold:
+    # refused once the privacy plan is built, before anything compiles (host/overflow.py)
+    *[(f"overflow-{name}", [*RUN, *_set("rounds=2", *sets)], None,
+       err(f"{field}=", needle, "float32 round cannot hold", loads=True))
+      for name, field, needle, sets in OVERFLOWS],
+    ("overflow-none-at-tiny-delta", [*RUN, *_set("privacy.formula=wei_eq10",
+                                                 "privacy.delta=5e-324")], None, Reach()),
 ]
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from fedjax_dp import config as config_lib
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.federated import pack_federated_data
+from fedjax_dp.host import overflow
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import (
@@ -115,7 +116,9 @@ def _build(cfg, cache: dict | None) -> Setup:
       weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  privacy = make_privacy_plan(cfg, np.asarray(list(map(len, clients))), num_params=num_params)
+  counts = np.asarray(list(map(len, clients)))
+  privacy = make_privacy_plan(cfg, counts, num_params=num_params)
+  overflow.check(cfg, privacy, counts, num_params)  # before anything compiles
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")

@@ -26,10 +26,11 @@ from fedjax_dp.config import noise_identity, schema
 from fedjax_dp.files.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.host import checkpoint as ckpt_lib
 from fedjax_dp.host.building import Setup
+from fedjax_dp.host.round_inputs import count_std, noise_context
 from fedjax_dp.privacy import reporting
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
-from fedjax_dp.privacy.schedules import NoiseContext, get_schedule
+from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import rounds
 from fedjax_dp.training.rounds import RoundArgs
 
@@ -37,13 +38,6 @@ from fedjax_dp.training.rounds import RoundArgs
 def _lr_steps(cfg, scale: float) -> np.ndarray:
   steps = np.arange(cfg.client.local_steps)
   return (cfg.client.lr * scale * cfg.client.lr_decay ** steps).astype(np.float32)
-
-
-def noise_context(cfg, privacy: PrivacyPlan) -> NoiseContext:
-  """The :class:`NoiseContext` a run's schedule is initialised with."""
-  return NoiseContext(privacy.epsilon, privacy.delta, privacy.q, privacy.sensitivity,
-                      int(cfg.rounds), privacy.noise_scale, float(cfg.client.lr),
-                      params=dict(cfg.schedule))
 
 
 class _Pending(NamedTuple):
@@ -358,13 +352,6 @@ class RunLoop:
           rows, title=f"{cfg.name}: {cfg.model.name} on {cfg.data.name}{over}")
       self.run_dir.write_summary(summary)
     return RunResult(rows, summary, params)
-
-
-def count_std(cfg, q: float, num_clients: int) -> float:
-  """sigma_b of ``server.clip_rule='private_median'``'s noisy count
-  (``server.clip_count_std``; < 0: Andrew et al.'s default m / 20, m = max(q U, 1))."""
-  std = float(cfg.server.get("clip_count_std", -1.0))
-  return max(q * num_clients, 1.0) / 20.0 if std < 0 else std
 
 
 def private_median_noise(plan: PrivacyPlan, central_noise: float, clip_bound: float,
