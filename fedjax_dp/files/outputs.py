@@ -181,7 +181,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any] | None:
     digests = m.get("sha256", {}) if isinstance(m, dict) else None
     if (isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("files"), list)
         and isinstance(m.get("dirs"), list) and isinstance(digests, dict)):
-      return m
+      return {**m, "sha256": digests}  # (version 1 recorded no digests)
     why = "not a fedjax-dp manifest"
   raise OutputError(f"{path}: unreadable ({why}); this directory's files cannot be told "
                     "apart from others, use another --out")
