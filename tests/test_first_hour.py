@@ -230,7 +230,8 @@ def run_config_json(tmp, mp):
   """A run's config.json, as ``fedjax-dp run`` writes it (inf as the string "inf")."""
   (tmp / "old").mkdir()
   (tmp / "old" / "config.json").write_text(json.dumps(_quick_json(**{
-      "rounds": 1, "privacy.epsilon": "inf", "data.group_sizes": "(10,20)"})))
+      "rounds": 1, "privacy.epsilon": "inf", "data.partition": "unbalanced",
+      "data.group_sizes": "(10,20)"})))
 
 
 def config_json_unknown_key(tmp, mp):
@@ -394,6 +395,28 @@ def check_account(*needles):
   def check(tmp, stdout):
     for n in needles:
       assert n in stdout, (n, stdout)
+  return check
+
+
+def check_epsilons(**want):
+  """``account --json``: each accountant's epsilon (a float, 'inf') or, for a string
+  that is not a number, a part of its 'unavailable' reason."""
+  def check(tmp, stdout):
+    results = json.loads(stdout)["results"]
+    for name, expected in want.items():
+      got = results[name]
+      if isinstance(expected, str) and expected != "inf":
+        assert expected in got["unavailable"], (name, got)
+      else:
+        assert float(got["epsilon"]) == pytest.approx(float(expected), rel=1e-12), (name, got)
+  return check
+
+
+def check_calibrated(**want):
+  def check(tmp, stdout):
+    results = json.loads(stdout)["results"]
+    for name, z in want.items():
+      assert results[name]["noise_multiplier"] == pytest.approx(z), (name, results[name])
   return check
 
 
@@ -873,6 +896,42 @@ CASES += [
       for name, field, needle, sets in OVERFLOWS],
     ("overflow-none-at-tiny-delta", [*RUN, *_set("privacy.formula=wei_eq10",
                                                  "privacy.delta=5e-324")], None, Reach()),
+    # the accountants at the extremes of the floats: 0, inf or a refusal, never a
+    # traceback or a warning line
+    ("account-sigma-1e300", [*ACC, "--q", "1", "--sigma", "1e300", "--rounds", "5"], None,
+     Works(check_account("noise multiplier 1e+300, 5 rounds", "PLD (dp_accounting)"),
+           quiet=True)),
+    ("account-sigma-1e300-json", [*ACC, "--q", "1", "--sigma", "1e300", "--rounds", "5",
+                                  "--json"], None,
+     Works(check_epsilons(rdp=0, pld=0, exact=0), quiet=True)),
+    ("account-sigma-1e300-poisson", [*ACC, "--q", "0.5", "--sigma", "1e300", "--rounds", "5",
+                                     "--json", "--accountants", "rdp,pld"], None,
+     Works(check_epsilons(rdp=0, pld=0), quiet=True)),
+    ("account-sigma-max-float-laplace", [*ACC, "--mechanism", "laplace", "--sigma", "1.7e308",
+                                         "--rounds", "5", "--json"], None,
+     Works(check_epsilons(rdp=0, pld=0, exact=5 / 1.7e308), quiet=True)),
+    ("account-sigma-1e-300", [*ACC, "--q", "1", "--sigma", "1e-300", "--rounds", "5",
+                              "--json"], None,
+     Works(check_epsilons(rdp="inf", exact="inf", pld="coarser discretization"), quiet=True)),
+    ("account-sigma-subnormal", [*ACC, "--q", "0.5", "--sigma", "5e-324", "--rounds", "5",
+                                 "--json", "--accountants", "rdp,pld"], None,
+     Works(check_epsilons(rdp="inf", pld="use accountant='rdp'"), quiet=True)),
+    ("account-fixed-size-sigma-1e-300", [*ACC, "--q", "0.1", "--sampling", "fixed_size",
+                                         "--relation", "replace_one", "--sigma", "1e-300",
+                                         "--rounds", "5", "--json", "--accountants", "rdp"],
+     None, Works(check_epsilons(rdp="inf"), quiet=True)),
+    ("account-delta-subnormal", ["account", "--delta", "5e-324", "--sigma", "1", "--rounds",
+                                 "5", "--accountants", "rdp,exact"], None,
+     Works(check_account("RDP (certified)", "exact"), quiet=True)),
+    ("account-ratio-to-1e-300", [*ACC, "--sigma", "1", "--ratio", "1e-300", "--rounds", "2",
+                                 "--json"], None,
+     Works(check_epsilons(rdp="inf", exact="inf", pld="coarser discretization"), quiet=True)),
+    ("account-formula-at-1e300", [*ACC, "--sigma", "1e300", "--rounds", "5", "--formula",
+                                  "wei10", "--accountants", "rdp"], None,
+     Works(check_account("claimed by Wei"), quiet=True)),
+    ("account-calibrate-epsilon-1e300", [*ACC, "--epsilon", "1e300", "--rounds", "5",
+                                         "--accountants", "rdp,exact", "--json"], None,
+     Works(check_calibrated(rdp=1e-6, exact=1e-6), quiet=True)),
 ]
 
 

@@ -78,10 +78,13 @@ def _noise(x: Inputs) -> np.ndarray:
 
 
 def _multipliers(x: Inputs) -> np.ndarray:
+  """nan where a planned multiplier is nan (inf / inf), else 0: a multiplier lives on the
+  host (the accountant), where inf is its value for a client that releases no noise."""
   if x.plan.noiseless:
-    return np.ones(1)
-  return np.concatenate([x.plan.multipliers(*x.plan.device_noise(p.noise, p.central_noise))
-                         for p in x.planned])
+    return np.zeros(1)
+  z = np.concatenate([x.plan.multipliers(*x.plan.device_noise(p.noise, p.central_noise))
+                      for p in x.planned])
+  return np.where(np.isnan(z), np.nan, 0.0)
 
 
 def _steps(x: Inputs) -> np.ndarray:
