@@ -31,6 +31,7 @@ def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp.files import outputs
 
+  overwrite = _overwrite(args)
   given = config_lib.load_config(args.config)
   cfg = config_lib.override(given, args.set or [])
   config_lib.validate(cfg, as_given=given)  # before the run directory is touched
@@ -39,7 +40,7 @@ def _cmd_run(args) -> int:
   outputs.check_dir(args.out)  # before the engine is even imported
   from fedjax_dp import experiment
 
-  result = experiment.run(cfg, args.out, overwrite=_overwrite(args))
+  result = experiment.run(cfg, args.out, overwrite=overwrite)
   s = result.summary
   acc = s["final_test_accuracy"]
   print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",

@@ -820,8 +820,8 @@ def _entries_read(registry: str):
 def _schedules_read(m) -> dict[str, tuple[str, ...]]:
   """A schedule reads its ``PARAMS`` and its entry's ``reads``; the T search
   (:data:`OPTIMAL_T`, not a schedule) reads ``schedule.t_grid``."""
-  return {**{n: (*m.config_fields(n), *s.reads) for n, s in m.SCHEDULES.items()},
-          OPTIMAL_T: ("schedule.t_grid",)}
+  return {**{n: (*(f"schedule.{k}" for k in m.SCHEDULE_PARAMS[n]), *s.reads)
+             for n, s in m.SCHEDULES.items()}, OPTIMAL_T: ("schedule.t_grid",)}
 
 
 def _mechanisms_read(m) -> dict[str, tuple[str, ...]]:
@@ -899,8 +899,9 @@ def is_optimal_t(cfg: ConfigDict) -> bool:
 def validate(cfg: ConfigDict, *, as_given: ConfigDict | None = None) -> None:
   """Checks values that do not need the data; raises :class:`ConfigError` naming the field.
 
-  The field rules first, then this module's cross-field checks, then each picked
-  mechanism's own (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`).
+  The field rules first, then this module's cross-field checks, then (with
+  ``as_given``) the fields that do nothing, then each picked mechanism's own
+  (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`).
 
   Args:
     cfg: the config.
@@ -918,8 +919,8 @@ def validate(cfg: ConfigDict, *, as_given: ConfigDict | None = None) -> None:
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")
-  _check_owners(cfg)
-  if as_given is not None:
+  if as_given is not None:  # (before the owners' checks: a field that does nothing first)
     unread = unread_fields(cfg, as_given)
     if unread:
       raise ConfigError(unread[0])
+  _check_owners(cfg)

@@ -224,7 +224,8 @@ def _ensure_manifest(directory: Path) -> None:
     _write_manifest(directory, FILES_KIND)
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+  """The SHA-256 of a file's content (hex), read in 1 MiB blocks."""
   digest = hashlib.sha256()
   with open(path, "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
@@ -242,10 +243,10 @@ def changed(path: str | os.PathLike, manifest: dict[str, Any] | None = None) -> 
   path = Path(path)
   m = read_manifest(path.parent) if manifest is None else manifest
   want = None if m is None else m["sha256"].get(path.name)
-  if want is None or not path.is_file() or path.is_symlink() or _sha256(path) == want:
+  if want is None or not path.is_file() or path.is_symlink() or sha256_file(path) == want:
     return False
   temps = path.parent.glob(f".{glob.escape(path.name)}.*")
-  return not any(_temp_of(t.name) == path.name and _sha256(t) == want for t in temps)
+  return not any(_temp_of(t.name) == path.name and sha256_file(t) == want for t in temps)
 
 
 # ---------------------------------------------------------------------------
@@ -427,7 +428,7 @@ def legacy_kind(directory: str | os.PathLike) -> str | None:
 def _adopt(directory: Path, kind: str) -> None:
   plan = _legacy_sweep(directory) if kind == "sweep" else _legacy_run(directory, kind)
   for path, k, files, dirs in plan:  # children first, the directory itself last
-    _write_manifest(path, k, files, dirs, {n: _sha256(path / n) for n in files
+    _write_manifest(path, k, files, dirs, {n: sha256_file(path / n) for n in files
                                            if not _temp_of(n)})
 
 

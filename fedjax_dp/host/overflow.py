@@ -21,7 +21,6 @@ one :class:`fedjax_dp.config.ConfigError` line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,110 +45,87 @@ _NOISE = ("privacy.epsilon", "privacy.client_epsilons", "privacy.delta",
 _STEPS = ("client.lr", "client.lr_decay", "client.local_steps")
 
 
-class Inputs(NamedTuple):
-  """What the derived values are computed from."""
-
-  cfg: Any
-  plan: PrivacyPlan
-  planned: Sequence[Any]  # the schedule's round plans (first and last round)
-  counts: np.ndarray      # [U] the clients' example counts
-
-
 class Derived(NamedTuple):
-  """A value the round is handed.
+  """A value the round is handed (every entry must be a finite float32).
 
   Attributes:
     what: its name in a message.
-    value: ``Inputs -> array`` (every entry must be a finite float32).
+    key: its entry in :func:`_values`.
     fields: the config fields that feed it, searched in this order for the culprit.
   """
 
   what: str
-  value: Callable[[Inputs], Any]
+  key: str
   fields: tuple[str, ...]
 
 
-def _noise(x: Inputs) -> np.ndarray:
-  """Every planned round's noise scales ``[U]`` and central noise."""
-  if x.plan.noiseless:
-    return np.zeros(1)
-  return np.concatenate([np.append(np.asarray(p.noise, np.float64), p.central_noise)
-                         for p in x.planned])
-
-
-def _multipliers(x: Inputs) -> np.ndarray:
-  """nan where a planned multiplier is nan (inf / inf), else 0: a multiplier lives on the
-  host (the accountant), where inf is its value for a client that releases no noise."""
-  if x.plan.noiseless:
-    return np.zeros(1)
-  z = np.concatenate([x.plan.multipliers(*x.plan.device_noise(p.noise, p.central_noise))
-                      for p in x.planned])
-  return np.where(np.isnan(z), np.nan, 0.0)
-
-
-def _steps(x: Inputs) -> np.ndarray:
-  return np.concatenate([local_learning_rates(x.cfg) * p.lr_scale for p in x.planned])
-
-
-def _validation_std(x: Inputs) -> float:
-  """The std of A-DPFL's released validation score (a float32 on the device)."""
-  if x.plan.validation != "clients" or x.plan.noiseless:
-    return 0.0
-  return x.plan.val_noise_multiplier * validation_sensitivity(x.counts)
-
-
-def _private_median(x: Inputs) -> np.ndarray:
-  """private_median's noisy-count std and the largest factor one update of its clip
-  bound can apply, ``exp(server.clip_lr * max(gamma, 1 - gamma))`` (noise-free)."""
-  if x.cfg.server.clip_rule != "private_median":
-    return np.zeros(1)
-  gamma = float(x.cfg.server.clip_quantile)
-  return np.array([count_std(x.cfg, x.plan.q, x.plan.num_clients),
-                   np.exp(abs(float(x.cfg.server.clip_lr)) * max(gamma, 1.0 - gamma))])
-
-
 DERIVED = (
-    Derived("the sensitivity of a client's release", lambda x: x.plan.sensitivity,
-            _SENSITIVITY),
-    Derived("the noise scale", _noise, _NOISE),
-    Derived("the noise multiplier (noise scale / sensitivity)", _multipliers, _NOISE),
-    Derived("a local step size (client.lr * client.lr_decay^s)", _steps, _STEPS),
-    Derived("the server's step times a local step (server.lr * client.lr)",
-            lambda x: float(x.cfg.server.lr) * _steps(x), ("server.lr", *_STEPS)),
-    Derived("the weight decay of a local step (client.l2_reg * client.lr)",
-            lambda x: float(x.cfg.client.l2_reg) * _steps(x), ("client.l2_reg", *_STEPS)),
-    Derived("the noise in the model's units (noise scale * step size)",
-            lambda x: np.max(_noise(x)) * np.max(np.append(_steps(x), float(x.cfg.server.lr))),
+    Derived("the sensitivity of a client's release", "sensitivity", _SENSITIVITY),
+    Derived("the noise scale", "noise", _NOISE),
+    Derived("the noise multiplier (noise scale / sensitivity)", "multiplier", _NOISE),
+    Derived("a local step size (client.lr * client.lr_decay^s)", "steps", _STEPS),
+    Derived("the server's step times a local step (server.lr * client.lr)", "server_steps",
+            ("server.lr", *_STEPS)),
+    Derived("the weight decay of a local step (client.l2_reg * client.lr)", "decay",
+            ("client.l2_reg", *_STEPS)),
+    Derived("the noise in the model's units (noise scale * step size)", "noise_steps",
             ("server.lr", *_NOISE)),
-    Derived("the noise of the released validation score", _validation_std,
+    Derived("the noise of the released validation score", "validation",
             ("schedule.val_noise_multiplier",)),
-    Derived("private_median's count noise or one step of its clip bound", _private_median,
+    Derived("private_median's count noise or one step of its clip bound", "private_median",
             ("server.clip_count_std", "server.clip_lr", "server.clip_quantile")),
 )
 
 
-def _planned(cfg, plan: PrivacyPlan) -> list[Any]:
-  """The schedule's plans of its first and last round (no metrics observed)."""
-  name = "constant" if config_lib.is_optimal_t(cfg) else cfg.schedule.name
-  schedule = schedules.get_schedule(name)
-  rounds = int(cfg.rounds)
-  with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-    try:
-      state = schedule.init(noise_context(cfg, plan))
-      return [schedule.plan(state, t) for t in sorted({0, rounds - 1})]
-    except ValueError:  # a schedule refusing a non-finite noise: the formula's own is judged
-      return [schedules.RoundPlan(plan.noise_scale(rounds), 0.0, 1.0, False, rounds)]
+def _values(cfg, plan: PrivacyPlan, counts: np.ndarray) -> dict[str, np.ndarray]:
+  """Every :data:`DERIVED` value, from the plan and the schedule's plans of its first
+  and last round (no metrics observed)."""
+  rounds, ctx = int(cfg.rounds), noise_context(cfg, plan)
+  schedule = schedules.get_schedule("constant" if config_lib.is_optimal_t(cfg)
+                                    else cfg.schedule.name)
+  # (Plain loops: the plans are computed in one pass through the privacy floor.)
+  planned = []
+  try:
+    state = schedule.init(ctx)
+    for t in sorted({0, rounds - 1}):
+      planned.append(schedule.plan(state, t))
+  except ValueError:  # a schedule refusing a non-finite noise: the formula's own is judged
+    planned = [schedules.RoundPlan(plan.noise_scale(rounds), 0.0, 1.0, False, rounds)]
+  lrs = local_learning_rates(cfg)
+  z, noise, steps = [], [], []
+  for p in planned:
+    z.append(plan.multipliers(*plan.device_noise(p.noise, p.central_noise)))
+    noise.append(np.append(np.asarray(p.noise, np.float64), p.central_noise))
+    steps.append(lrs * p.lr_scale)
+  val = (0.0 if plan.validation != "clients" or plan.noiseless
+         else plan.val_noise_multiplier * validation_sensitivity(counts))
+  # nan where a multiplier is nan (inf / inf); inf is a multiplier's value for a client
+  # that releases no noise, and the multipliers stay on the host (the accountant).
+  z = np.concatenate(z)
+  noise = np.zeros(1) if plan.noiseless else np.concatenate(noise)
+  steps = np.concatenate(steps)
+  median = np.zeros(1)
+  if cfg.server.clip_rule == "private_median":  # its count std, and exp(eta max(g, 1 - g)):
+    gamma = float(cfg.server.clip_quantile)     # the largest factor of one update of S
+    median = np.array([count_std(cfg, plan.q, plan.num_clients),
+                       np.exp(abs(float(cfg.server.clip_lr)) * max(gamma, 1.0 - gamma))])
+  return {"sensitivity": plan.sensitivity, "noise": noise,
+          "multiplier": np.where(np.isnan(z), np.nan, 0.0) if not plan.noiseless else noise,
+          "steps": steps, "server_steps": float(cfg.server.lr) * steps,
+          "decay": float(cfg.client.l2_reg) * steps,
+          "noise_steps": np.max(noise) * np.max(np.append(steps, float(cfg.server.lr))),
+          "validation": val, "private_median": median}
 
 
 def _first_bad(cfg, plan: PrivacyPlan, counts: np.ndarray) -> tuple[Derived, float] | None:
   """The first derived value that is not a finite float32 (and that value)."""
   with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-    inputs = Inputs(cfg, plan, _planned(cfg, plan), counts)
-    for d in DERIVED:
-      x = np.asarray(d.value(inputs), np.float64).reshape(-1)
-      bad = x[~(np.abs(x) <= F32_MAX)]  # nan and inf included
-      if bad.size:
-        return d, float(bad[0])
+    values = _values(cfg, plan, counts)
+  for d in DERIVED:
+    x = np.asarray(values[d.key], np.float64).reshape(-1)
+    bad = x[~(np.abs(x) <= F32_MAX)]  # nan and inf included
+    if bad.size:
+      return d, float(bad[0])
   return None
 
 
