@@ -20,7 +20,10 @@ Variants patch the model code while it is traced, so all run the same engine:
   ``lax.scan`` over chunks of B vmapped clients (``ours`` lets memory pick the chunk:
   0, all 50 at once);
 * ``ynn_off``, ``onednn`` (ours only): the code, compiled with XLA:CPU's YNNPACK dot
-  fusions off (XLA's own dot emitter), or off with oneDNN on (``compiler_options``).
+  fusions off (XLA's own dot emitter), or off with oneDNN on (``compiler_options``);
+* ``conv0_xla``: the first convolution (3 input channels, whose unfold costs per byte
+  about 7x the second's) as XLA's convolution (``lax.conv_general_dilated``), the
+  second as the code's im2col matmul.
 
 The first local step peeled out of the scan (shared global model, no per-client
 broadcast; ``client.PEEL_FIRST_STEP``) was measured with this script at commit
@@ -95,14 +98,21 @@ def _conv_cnhw_t(x, kernel, padding):
   return jnp.transpose(y, (1, 2, 3, 0))
 
 
+def _conv0_xla(x, kernel, padding, _im2col=layers.conv_im2col):
+  if kernel.shape[2] != 3:
+    return _im2col(x, kernel, padding)
+  return jax.lax.conv_general_dilated(x, kernel, (1, 1), padding,
+                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
 @contextlib.contextmanager
 def variant(name: str):
   """Patches the model code for one variant while it is traced."""
   saved = zoo.max_pool, layers.conv_im2col
   if name == "flax_pool":
     zoo.max_pool = _flax_pool
-  layers.conv_im2col = {"cnhw_unfold": _conv_cnhw, "cnhw_t_unfold": _conv_cnhw_t}.get(
-      name, layers.conv_im2col)
+  layers.conv_im2col = {"cnhw_unfold": _conv_cnhw, "cnhw_t_unfold": _conv_cnhw_t,
+                        "conv0_xla": _conv0_xla}.get(name, layers.conv_im2col)
   try:
     yield
   finally:

@@ -50,7 +50,7 @@ FLOORS = (
     ("privacy", ("fedjax_dp.privacy", "fedjax_dp.theory")),
     ("models and data", ("fedjax_dp.models", "fedjax_dp.data")),
     ("utils", ("fedjax_dp.files", "fedjax_dp.sharding", "fedjax_dp.errors",
-               "fedjax_dp.plotting")),
+               "fedjax_dp.plotting", "fedjax_dp.compile_cache")),
 )
 
 

@@ -1,28 +1,43 @@
-"""The GPU suite: W1, W2 (both conv implementations), W3, W5, W7 and pfl's 1500 rounds.
+"""The GPU suite, second edition: ours beside pfl on the same GPU, sweeps, a million
+streamed clients and the paper-scale reproductions, in one command.
 
-  python benchmarks/gpu_suite.py                 # one GPU, within 9 minutes
-  python benchmarks/gpu_suite.py --quick         # tiny shapes, any backend, no CNN loops
-  python benchmarks/gpu_suite.py --no-torch --budget 300 --out /tmp/res
+  python benchmarks/gpu_suite.py --pfl-python /tmp/pflenv/bin/python   # one GPU, < 10 min
+  python benchmarks/gpu_suite.py --quick         # tiny shapes, any backend (the tests)
+  python benchmarks/gpu_suite.py --no-torch --budget 300 --out /tmp/res --only W2,W2/pfl
 
-Runs in one process on JAX's default device: for each workload our round
-(``ours``; W2 twice, ``ours_conv`` and ``ours_im2col``, the two values of
-``server.conv_impl``), the jitted per-client loop (``loop``) and the PyTorch loop
-on the same device (``torch``, ``cuda`` when JAX runs on a GPU and torch sees one;
-skipped without torch). Then ``W2/pfl_1500``: the wall time of pfl-research's
-CIFAR-10 benchmark configuration (1000 clients x 50 images, cohort 50, one local
-epoch of batch 10, lr 0.1, ``simple_cnn``, central DP) for 1500 rounds of our
-engine, to compare with pfl's reported minutes on one A100 (the anchor; the paper's
-Table 1 minutes were not retrieved, design/framework_anchors.md, so the column
-stays empty until they are). Evaluation is not included (pfl evaluates every 10
-rounds).
+Runs in one process on JAX's default device, sections in this order (each is started
+only while ``--budget`` seconds, default 540, have not passed; the rest are listed as
+skipped, and the CSV is rewritten after every section, so a cut-off run keeps its rows):
 
-Data are random, of the workloads' shapes (BENCHMARKS.md): timings do not depend
-on the values, and the suite needs no dataset on the GPU machine. Each task's
-seconds per round is the median of a few rounds after one warm-up round; compiling
-is timed separately. Tasks stop being started once ``--budget`` seconds have
-passed (they are then listed as skipped). Writes ``<out>/gpu_<device>.csv`` and
-prints the table, then the ``conv_impl`` that measured faster on W2 (what
-``server.conv_impl=auto`` should pick on this device).
+* ``paper``: the committed results of ``experiments/*/results`` that were made on a GPU
+  (their meta.json's ``device``), regenerated with ``python -m fedjax_dp.reproduction
+  regenerate`` and compared with the committed CSVs; Fu Fig. 4 at the paper's
+  federation (``experiments/fu2023/results/fig4_cnn_T_paper``, 250 s on one H100) first.
+  It reads MNIST from ``../shared/datasets/mnist``. ``--quick`` lists them, runs none.
+* ``W2``, ``W7``: our round (W2 with both ``server.conv_impl`` values), the jitted
+  per-client loop and the PyTorch loop on the same device, then ``pfl``: pfl-research
+  0.6.0 itself on the same GPU (``benchmarks/pfl_w2.py`` in pfl's environment,
+  ``--pfl-python``; pfl puts its model on CUDA when torch sees a GPU) for W2 and for
+  DP-FedAvg (W7's shapes: MLP 784-256-10, 50 clients x 800, one full-batch step,
+  update clipping, central noise). docs/scaling.md says how pfl's wheels are carried.
+* ``W4-lanes``: W4's sweep (linear SVM, 50 MNIST-shaped clients x 128, per-example
+  clipping, upload noise, evaluation every round, 100 rounds) with 64 and 256 points
+  (8 x 8 and 16 x 16 epsilons x seeds) as one ``run_sweep``, against the same points
+  one by one (``experiment.run``, programs cached): the first 8 points run, the rest
+  projected from their median.
+* ``W8-1M``: a federation of 1,000,000 clients x 32 28x28 uint8 images (25 GB) in host
+  memory, streamed cohort by cohort (``data.placement=host``'s ``CohortStream``, the next
+  cohort prefetched), cohorts of 1,000 and 10,000 (W8's round: MLP, update clipping,
+  central noise).
+* ``W2/pfl``: 1500 rounds of W2 (pfl's CIFAR-10 benchmark configuration, no evaluation)
+  with ``im2col`` (what ``auto`` picks on GPUs).
+* ``W1``, ``W3``, ``W5``: the first edition's rows, as budget allows.
+
+Data are random, of the workloads' shapes (BENCHMARKS.md; W4's as MNIST-format files
+in a temporary folder): timings do not depend on the values. Each seconds-per-round is
+the median of a few rounds after one warm-up round; compiling is timed apart. Writes
+``<out>/gpu_<device>.csv``, prints the table and the ``conv_impl`` that measured
+faster on W2 (what ``server.conv_impl=auto`` should pick on this device).
 """
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
 import numpy as np
-from common import RESULTS, print_table, time_fn
+from common import RESULTS, ROOT, print_table, time_fn
 from workloads import W2_BATCH, W2_STEPS, W5, _args, _loop_round, _synthetic
 
 from fedjax_dp.models import get_model
@@ -46,10 +61,18 @@ from fedjax_dp.training import engine
 
 # Full shapes (BENCHMARKS.md, "Workloads") and the --quick ones (same code paths).
 FULL = {"w1": (50, 800), "w2": (1000, 50, 50, W2_STEPS, W2_BATCH, 32), "w3": (1000, 10000),
-            "w5": (W5["clients"], W5["per_client"], W5["cohort"], W5["steps"], W5["batch"], 28),
-            "pfl_rounds": 1500, "repeats": 5, "cnn_loop": True}
+        "w5": (W5["clients"], W5["per_client"], W5["cohort"], W5["steps"], W5["batch"], 28),
+        "pfl_rounds": 1500, "pfl_impls": ("im2col",), "repeats": 5, "cnn_loop": True,
+        "lanes": ((8, 8), (16, 16)), "w4_rounds": 100, "one_by_one": 8, "w4_sets": (),
+        "stream": (1_000_000, 32), "cohorts": (1000, 10000), "stream_rounds": 5,
+        "pfl_shapes": "full", "pfl_iterations": 6, "paper": True}
 QUICK = {"w1": (4, 16), "w2": (8, 12, 2, 1, 4, 6), "w3": (32,), "w5": (8, 8, 2, 1, 4, 4),
-             "pfl_rounds": 3, "repeats": 1, "cnn_loop": False}
+         "pfl_rounds": 3, "pfl_impls": ("conv", "im2col"), "repeats": 1, "cnn_loop": False,
+         "lanes": ((2, 2),), "w4_rounds": 2, "one_by_one": 2,
+         "w4_sets": ("data.num_clients=4", "data.samples_per_client=16",
+                     "server.clients_per_round=4", "data.test_samples=100"),
+         "stream": (2000, 4), "cohorts": (10, 100), "stream_rounds": 2,
+         "pfl_shapes": "tiny", "pfl_iterations": 2, "paper": False}
 COLUMNS = ["task", "seconds_per_round", "compile_s", "total_s", "note"]
 _COMPILED: dict = {}  # compiled rounds by shapes and configuration
 PFL_A100_MINUTES = None  # pfl-research Table 1, CIFAR-10 on one A100: not retrieved
@@ -210,7 +233,7 @@ def pfl_1500(sizes):
   model, data, idx0, sel0, ccfg, lr = w2_setup(sizes)
   clients, _, cohort = sizes["w2"][:3]
   rows = []
-  for impl in ("conv", "im2col"):
+  for impl in sizes["pfl_impls"]:
     _, comp, (fn, params, _, _) = _ours(model, ccfg, data, idx0, sel0, np.zeros(cohort), lr,
                                         1.0, 0.01, impl, 1)
     rounds = sizes["pfl_rounds"]
@@ -227,8 +250,155 @@ def pfl_1500(sizes):
   return rows
 
 
-SECTIONS = [("W1", lambda s: w1_w7(s, "per_example_l2")), ("W2", w2), ("W3", w3), ("W5", w5),
-            ("W7", lambda s: w1_w7(s, "update_l2")), ("W2/pfl", pfl_1500)]
+def gpu_results() -> list[Path]:
+  """The committed results made on a GPU (meta.json ``device`` cuda/gpu/rocm), as
+  ``experiments/<paper>/results/<name>`` paths, Fu Fig. 4 at the paper's federation
+  first, then by name."""
+  import json
+  out = []
+  for meta in sorted((ROOT / "experiments").glob("*/results/**/*_meta.json")):
+    device = str(json.loads(meta.read_text()).get("device", ""))
+    if device.startswith(("cuda", "gpu", "rocm")):
+      out.append(meta.with_name(meta.name.removesuffix("_meta.json")))
+  return sorted(out, key=lambda p: (p.name != "fig4_cnn_T_paper", str(p)))
+
+
+def _regenerate(result: Path, out: Path):
+  """``python -m fedjax_dp.reproduction regenerate`` (in a fresh interpreter): the
+  comparison with the committed CSVs."""
+  from fedjax_dp import reproduction
+  return reproduction.regenerate(result, out)
+
+
+def paper(sizes):
+  """The reproductions' paper-scale runs (made on a GPU), regenerated and compared."""
+  import tempfile
+  rows = []
+  for result in gpu_results():
+    task = f"paper/{result.parent.parent.name}/{result.name}"
+    if not sizes["paper"]:
+      rows.append({"task": task, "note": "listed; --quick regenerates none"})
+      continue
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+      table = _regenerate(result, Path(tmp) / "out")
+    diff = table["max_abs_diff"].astype(float)
+    rows.append({"task": task, "total_s": time.perf_counter() - start,
+                 "note": f"regenerated; largest |diff| from the committed CSV {diff.max():.3g} "
+                         f"over {len(diff)} columns ({int((diff == 0).sum())} identical)"})
+  return rows
+
+
+def _pfl(sizes, method: str):
+  """pfl's seconds per round (``pfl_w2.py METHOD`` in pfl's environment), or a note."""
+  import json
+  import subprocess
+  python = sizes.get("pfl_python")
+  if not python:
+    return {"note": "skipped: no --pfl-python (pfl's environment, docs/scaling.md)"}
+  cmd = [python, str(Path(__file__).resolve().parent / "pfl_w2.py"), method,
+         "--rounds", str(sizes["pfl_iterations"]), "--shapes", sizes["pfl_shapes"]]
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+  lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+  if proc.returncode or not lines:
+    return {"note": f"failed: exit {proc.returncode}: {(proc.stderr or proc.stdout)[-200:]}"}
+  out = json.loads(lines[-1])
+  return {"seconds_per_round": out["seconds_per_round"],
+          "note": f"{out['versions']} on {out.get('device', '?')}, "
+                  f"{out.get('torch_threads', '?')} threads"}
+
+
+def pfl_same_device(sizes):
+  """pfl-research itself on JAX's device (pfl uses CUDA when torch sees a GPU): W2 and
+  DP-FedAvg (W7's shapes), beside our rows of the same workloads."""
+  return [dict({"task": f"{name}/pfl"}, **_pfl(sizes, method))
+          for name, method in (("W2", "pfl"), ("W7", "dpfedavg"))]
+
+
+def write_mnist(folder: Path, seed: int = 0) -> Path:
+  """Random images as the four MNIST IDX files (60,000 + 10,000 28x28 uint8)."""
+  folder.mkdir(parents=True, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  for prefix, n in (("train", 60000), ("t10k", 10000)):
+    for kind, shape in (("images-idx3", (n, 28, 28)), ("labels-idx1", (n,))):
+      data = rng.integers(0, 256 if kind.startswith("images") else 10, shape, dtype=np.uint8)
+      header = bytes([0, 0, 8, len(shape)]) + np.asarray(shape, ">u4").tobytes()
+      (folder / f"{prefix}-{kind}-ubyte").write_bytes(header + data.tobytes())
+  return folder
+
+
+def w4_lanes(sizes):
+  """W4's sweep with 64 and 256 points as one program, against one point at a time."""
+  import tempfile
+
+  from workloads import w4_sets
+
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment, sweep
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    sets = [s for s in w4_sets(sizes["w4_rounds"]) if not s.startswith("data.dir=")]
+    cfg = config_lib.override(config_lib.base_config(), sets + list(sizes["w4_sets"]) + [
+        f"data.dir={write_mnist(Path(tmp) / 'mnist')}"])
+    for n_eps, n_seeds in sizes["lanes"]:
+      grid = {"privacy.epsilon": [float(2 ** (i / 2)) for i in range(n_eps)],
+              "seed": list(range(n_seeds))}
+      points = sweep.expand(cfg, grid)
+      start = time.perf_counter()
+      sweep.run_sweep(cfg, grid)
+      batched = time.perf_counter() - start
+      each = []
+      for p in points[:sizes["one_by_one"]]:
+        start = time.perf_counter()
+        experiment.run(p.config)
+        each.append(time.perf_counter() - start)
+      # The first point compiles; the others reuse its programs.
+      projected = each[0] + (len(points) - 1) * float(np.median(each[1:] or each))
+      name = f"W4-lanes/{len(points)}"
+      rows += [{"task": f"{name}/batched", "total_s": batched,
+                "seconds_per_round": batched / sizes["w4_rounds"],
+                "note": f"{n_seeds} cohorts x {n_eps} points, one run_sweep, compile included; "
+                        f"{projected / batched:.1f}x faster than one by one"},
+               {"task": f"{name}/one_by_one", "total_s": projected,
+                "seconds_per_round": projected / sizes["w4_rounds"],
+                "note": f"{len(each)} of {len(points)} points run one by one (first "
+                        f"{each[0]:.1f} s with compile), the rest projected from their median"}]
+  return rows
+
+
+def stream_1m(sizes):
+  """A million clients in host memory, cohorts streamed to the device (W8's round)."""
+  import bench_w8_stream as w8
+
+  from fedjax_dp.data import streaming
+  u, n = sizes["stream"]
+  rng = np.random.default_rng(0)
+  start = time.perf_counter()
+  x = np.empty((u, n) + w8.SHAPE, np.uint8)
+  block = 50_000
+  for i in range(0, u, block):
+    x[i:i + block] = rng.integers(0, 256, (min(block, u - i), n) + w8.SHAPE, dtype=np.uint8)
+  counts = rng.integers(n // 2, n + 1, u).astype(np.int32)
+  fed = streaming.FederatedData(x, rng.integers(0, 10, (u, n)).astype(np.int32), counts,
+                                streaming.mask_of(counts, n))
+  built = time.perf_counter() - start
+  rows = []
+  for k in sizes["cohorts"]:
+    _, round_fn, params = w8._setup(k)
+    times: list[float] = []
+    w8._stream_rounds(fed, u, k, round_fn, params, list(range(sizes["stream_rounds"] + 2)),
+                      times)
+    rows.append({"task": f"W8-1M/streamed_k{k}", "seconds_per_round": float(np.median(times[2:])),
+                 "note": f"{u:,} clients x {n} uint8 28x28 images in host memory "
+                         f"({x.nbytes / 1e9:.2f} GB, built in {built:.0f} s), cohort of {k:,} "
+                         "streamed per round, the next prefetched"})
+  return rows
+
+
+SECTIONS = [("paper", paper), ("W2", w2), ("W7", lambda s: w1_w7(s, "update_l2")),
+            ("pfl", pfl_same_device), ("W4-lanes", w4_lanes), ("W8-1M", stream_1m),
+            ("W2/pfl", pfl_1500), ("W1", lambda s: w1_w7(s, "per_example_l2")), ("W3", w3),
+            ("W5", w5)]
 
 
 def device_name() -> str:
@@ -255,13 +425,16 @@ def main(argv=None) -> int:
   parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
   parser.add_argument("--out", default=str(RESULTS), help="directory of gpu_<device>.csv")
   parser.add_argument("--only", default="", help="comma-separated sections to run, e.g. W2,W5")
+  parser.add_argument("--pfl-python", default="",
+                      help="python of pfl's environment (the pfl section; skipped without)")
   args = parser.parse_args(argv)
   only = {s for s in args.only.split(",") if s}
   unknown = only - {name for name, _ in SECTIONS}
   if unknown:
     parser.error(f"--only: unknown sections {sorted(unknown)}; "
                  f"choose from {[name for name, _ in SECTIONS]}")
-  sizes = dict(QUICK if args.quick else FULL, torch=not args.no_torch)
+  sizes = dict(QUICK if args.quick else FULL, torch=not args.no_torch,
+               pfl_python=args.pfl_python or None)
   start, rows = time.time(), []
   device = device_name() + ("_quick" if args.quick else "")
   for name, section in SECTIONS:

@@ -14,8 +14,12 @@ federation) has its own script, ``bench_w8_stream.py``, which writes its rows he
 this script keeps them. The PyTorch rows need ``pip install
 torch==2.13.0`` (CPU wheel); without torch they are skipped. ``W2/pfl`` (pfl-research
 0.6.0 on W2, ``pfl_w2.py``) runs with ``--pfl-python /tmp/pflvenv/bin/python``, the
-interpreter of a virtual environment with ``pip install 'pfl[pytorch]==0.6.0'``;
-there ``W2/torch`` runs too when this environment has no torch.
+interpreter of a virtual environment with ``pip install torch==2.13.0`` then ``pip
+install 'pfl==0.6.0'``;
+there ``W2/torch`` runs too when this environment has no torch. ``startup.py`` writes the
+``startup/*`` rows and, from one interleaved run, ``W2/ours`` and ``W2/pfl`` (with a
+``run_id``: compared only with each other); ``--only W2`` here replaces them with this
+script's separate-process rows.
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ COLUMNS = ["task", "seconds_per_round", "client_updates_per_s", "effective_gflop
 def _notes(rows: dict[str, dict]) -> None:
   """Adds the comparisons the targets ask for (speedups and ratios)."""
   def ratio(a, b, key="seconds_per_round"):
-    if a in rows and b in rows and "error" not in rows[a] and "error" not in rows[b]:
+    # Rows written by another script in one run of its own (startup.py's interleaved
+    # W2/ours and W2/pfl carry a run_id) are compared only with rows of that run.
+    if a in rows and b in rows and "error" not in rows[a] and "error" not in rows[b] and (
+        rows[a].get("run_id") == rows[b].get("run_id")):
       return rows[b][key] / rows[a][key]
     return None
 
@@ -105,6 +112,10 @@ def _notes(rows: dict[str, dict]) -> None:
       notes.append(f"total {row['total_s']:.1f} s")
     if "versions" in row:
       notes.append(row["versions"])
+    if "load_1min" in row:
+      notes.append(f"load {row['load_1min']:g} -> {row.get('load_1min_end', row['load_1min']):g}")
+    if row.get("detail"):
+      notes.append(str(row["detail"]))
     if row.get("error"):
       notes.append(row["error"].splitlines()[-1][:120])
     row["note"] = ", ".join(notes)

@@ -2,7 +2,8 @@
 
 Datasets (with where each was found on this machine, or how to get it), models (with
 parameter counts for a stated input shape), noise schedules (with their
-``schedule.*`` fields), noise formulas, client selection rules and clip modes.
+``schedule.*`` fields), noise formulas, client selection rules and clip modes, each
+with the summary its registered object carries (a new one needs no edit here).
 Nothing is downloaded or loaded: datasets are located by their files only.
 """
 
@@ -14,41 +15,25 @@ import os
 from collections.abc import Callable
 
 from fedjax_dp.data import datasets, tabular
-from fedjax_dp.privacy import plan, selection
-from fedjax_dp.training import client
+from fedjax_dp.privacy import clip_modes, selection
+from fedjax_dp.privacy.formulas import registry
 
-FORMULA_NOTES = {
-    "calibrated": "the smallest noise whose certified epsilon meets (eps, delta) (default)",
-    "wei_eq10": "Wei et al. eq. (10) as printed (overspends above eps ~4.6)",
-    "noise_multiplier": "a fixed multiplier, privacy.noise_multiplier (epsilon is reported, "
-                        "not requested)",
-    "yuan_eq8": "Yuan et al. Remark 3 (eq. (8), theta = 1) with the paper's Delta_s = 2C/|D_k|",
-    "yuan_eq8_corrected": "Yuan et al. eq. (8) corrected, paper's Delta_s",
-    "yuan_laplace": "Laplace b = M Delta_s / eps (basic composition of eps / M per round)",
-    "yuan_laplace_matched": "Laplace with the variance of Yuan's Remark 3 Gaussian",
-    "fu_thm1": "Fu et al. Theorem 1: Laplace beta = T_l eta E zeta / eps",
-    "fu_thm2": "Fu et al. Theorem 2: Gaussian by the zCDP calibration",
-}
-SELECTION_NOTES = {
-    "uniform": "K of U clients uniformly without replacement each round",
-    "poisson": "each client independently with probability server.q",
-    "round_robin": "passes over a seeded permutation, K clients per round",
-    "cyclic": "one seeded permutation repeated every pass, K clients per round",
-    "cyclic_poisson": "cyclic's groups of K; each client of round t's group with "
-                      "probability server.q (b-min-sep: amplifies BandMF)",
-    "all": "every client every round",
-    "wasserstein_topk": "the K clients with the highest A-DPFL scores (same set each round)",
-    "wasserstein_sample": "K clients sampled in proportion to A-DPFL probabilities",
-}
-CLIP_NOTES = {
-    "none": "no clipping (no sensitivity: noise needs another bound)",
-    "per_example_l2": "each example's gradient to L2 norm C (Wei Alg. 1; DP-SGD)",
-    "per_example_l1": "each example's gradient to L1 norm C (Fu et al., Laplace)",
-    "param_l2": "project the parameters onto the L2 ball of radius C (Yuan Alg. 1)",
-    "update_l2": "the client's update to L2 norm C (DP-FedAvg)",
-    "step_grad_l1": "the client's mean gradient to L1 norm C at every step (Fu, as printed)",
-    "step_grad_l2": "the client's mean gradient to L2 norm C at every step",
-}
+
+def formula_notes() -> dict[str, str]:
+  """``privacy.formula`` -> its registered summary (:attr:`Formula.summary`)."""
+  return {n: f.summary for n, f in registry.FORMULAS.items()}
+
+
+def selection_notes() -> dict[str, str]:
+  """``server.selection`` -> its rule's own summary (:attr:`SelectionRule.summary`)."""
+  return {n: r.summary for n, r in selection.RULES.items()}
+
+
+def clip_notes() -> dict[str, str]:
+  """``client.clip_mode`` -> its mode's own summary (:attr:`ClipMode.summary`)."""
+  return {n: m.summary for n, m in clip_modes.CLIP_MODES.items()}
+
+
 # The input each model's parameter count is given for: (shape, classes, what it is).
 MNIST = ((28, 28, 1), 10, "28x28x1, 10 classes")
 MODEL_INPUTS = {
@@ -130,12 +115,12 @@ def sections() -> list[tuple[str, list[str]]]:
        [f"{d}: {dataset_source(d)}" for d in datasets.DATASETS]),
       ("models (model.name)", [model_line(m) for m in MODELS]),
       ("schedules (schedule.name)", [_schedule_line(s) for s in schedules.SCHEDULES]),
-      ("formulas (privacy.formula)", notes(plan.FORMULAS, FORMULA_NOTES)),
+      ("formulas (privacy.formula)", notes(registry.FORMULAS, formula_notes())),
       ("selection rules (server.selection)", notes(
-          selection.RULES, SELECTION_NOTES,
+          selection.RULES, selection_notes(),
           lambda k: " (no amplification: a client is charged each round it is selected)"
           if selection.RULES[k].deterministic else "")),
-      ("clip modes (client.clip_mode)", notes(client.CLIP_MODES, CLIP_NOTES)),
+      ("clip modes (client.clip_mode)", notes(clip_modes.CLIP_MODES, clip_notes())),
   ]
 
 

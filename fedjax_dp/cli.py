@@ -16,6 +16,10 @@ directory's ``--overwrite`` removes only the files fedjax-dp wrote there and ref
 if one of them was changed since (``--overwrite-edited`` removes it too); an ``--out``
 file (plot, audit) that exists and is not fedjax-dp's unchanged output is replaced
 only with ``--overwrite`` (:mod:`fedjax_dp.files.outputs`).
+
+Compiled programs are kept in the user's cache directory, so a second run of the same
+shapes starts sooner (:mod:`fedjax_dp.compile_cache`); ``FEDJAX_DP_COMPILATION_CACHE=off``
+(or a directory) sets the ``compilation_cache`` field of ``run``, ``sweep`` and ``audit``.
 """
 
 from __future__ import annotations
@@ -23,8 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
+
+
+def _overrides(args) -> list[str]:
+  """The ``--set`` overrides, after the environment's compilation-cache switch
+  (``FEDJAX_DP_COMPILATION_CACHE=off``, ``auto`` or a directory; a ``--set
+  compilation_cache=...`` wins over it). The library reads no environment variable:
+  the command line turns it into the config field."""
+  from fedjax_dp.compile_cache import ENV
+  env = os.environ.get(ENV, "").strip()
+  return ([f"compilation_cache={env}"] if env else []) + list(args.set or [])
 
 
 def _cmd_run(args) -> int:
@@ -33,7 +48,7 @@ def _cmd_run(args) -> int:
 
   overwrite = _overwrite(args)
   given = config_lib.load_config(args.config)
-  cfg = config_lib.override(given, args.set or [])
+  cfg = config_lib.override(given, _overrides(args))
   config_lib.validate(cfg, as_given=given)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
@@ -74,7 +89,7 @@ def _cmd_sweep(args) -> int:
   from fedjax_dp import sweep
 
   given = config_lib.load_config(args.config)
-  cfg = config_lib.override(given, args.set or [])
+  cfg = config_lib.override(given, _overrides(args))
   grid = sweep.parse_grid(args.grid)
   start = time.time()
   rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress,
@@ -185,7 +200,7 @@ def _cmd_audit(args) -> int:
   if not 0 <= opts.seed < 2**32:  # a numpy seed
     raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
   given = config_lib.load_config(args.config)
-  cfg = config_lib.override(given, args.set or [])
+  cfg = config_lib.override(given, _overrides(args))
   config_lib.validate(cfg, as_given=given)
   if not available():
     raise UserError(INSTALL_HINT)

@@ -95,12 +95,16 @@ def put(tree: PyTree, sharding: Any) -> PyTree:
     return jax.device_put(tree, sharding)
 
   def one(a, sh):
+    if a is None:  # an absent optional field (RoundArgs.rows of resident data)
+      return None
     a = np.asarray(a)
     return jax.make_array_from_callback(a.shape, sh, lambda index: a[index])
 
   if isinstance(sharding, jax.sharding.Sharding):
     return jax.tree_util.tree_map(lambda a: one(a, sharding), tree)
-  return jax.tree_util.tree_map(one, tree, sharding)
+  # A None in ``tree`` where ``sharding`` names one (jax.device_put accepts that) is a
+  # leaf here, so the two trees match.
+  return jax.tree_util.tree_map(one, tree, sharding, is_leaf=lambda a: a is None)
 
 
 def to_host(tree: PyTree) -> PyTree:

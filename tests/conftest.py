@@ -1,7 +1,11 @@
-"""Test-suite settings: property tests draw the same examples on every run, and XLA
-compiles without LLVM optimization and with its loop emitters."""
+"""Test-suite settings: property tests draw the same examples on every run, XLA
+compiles without LLVM optimization and with its loop emitters, and compiled programs
+are kept in a temporary persistent cache shared by the session's workers."""
 
 import os
+import shutil
+import sys
+import tempfile
 
 from hypothesis import settings
 
@@ -19,6 +23,26 @@ os.environ["XLA_FLAGS"] = " ".join(
     [os.environ.get("XLA_FLAGS", "")]
     + [f"{k}={v}" for k, v in _SUITE_XLA_FLAGS.items()
        if k not in os.environ.get("XLA_FLAGS", "")]).strip()
+
+# The persistent compilation cache (fedjax_dp.compile_cache, on by default in the user's
+# cache directory) goes to a temporary directory for the session: nothing is written
+# to the user's cache, and a program compiled by one worker is loaded by the others.
+# The controller creates it before the workers start (they inherit the environment);
+# runs with compilation_cache='auto' use the directory configured in JAX.
+_CACHE_ENV = "FEDJAX_DP_TEST_COMPILATION_CACHE"
+_OWN_CACHE = _CACHE_ENV not in os.environ
+if _OWN_CACHE:
+  os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="fedjax_dp_test_xla_cache_")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_ENV]
+os.environ.pop("FEDJAX_DP_COMPILATION_CACHE", None)  # the user's switch: not in the tests
+if "jax" in sys.modules:  # a plugin imported JAX before this file: tell it directly
+  sys.modules["jax"].config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+
+
+def pytest_unconfigure(config):  # pylint: disable=unused-argument
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ.get(_CACHE_ENV, ""), ignore_errors=True)
+
 
 # Derandomized: a property test that passes once passes in CI too; a new
 # counterexample is found by raising max_examples locally, not by chance in CI.

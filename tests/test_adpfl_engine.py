@@ -19,11 +19,11 @@ import pytest
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.config import ConfigError
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import plan as plan_lib
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -56,7 +56,7 @@ def test_poisson_accountant_matches_dp_accounting():
   it was selected, at that round's sigma; nothing in the others."""
   cfg = _poisson_cfg()
   counts = np.array([60, 60, 40, 100])
-  plan = make_privacy_plan(cfg, counts)
+  plan = plan_from_config(cfg, counts)
   clip = float(cfg.client.clip)
   np.testing.assert_allclose(plan.sensitivity, clip)  # add/remove: C, not 2 C
   np.testing.assert_allclose(plan.batch_q, [1 / 3, 1 / 3, 0.5, 0.2])
@@ -85,7 +85,7 @@ def test_poisson_adpfl_mnist_golden():
   dp_accounting's own epsilon on our orders."""
   cfg = _poisson_cfg(**{"data.num_clients": 1, "server.clients_per_round": 1,
                         "rounds": 50})
-  plan = make_privacy_plan(cfg, np.array([60]))
+  plan = plan_from_config(cfg, np.array([60]))
   state = plan.accountant_init()
   for _ in range(50):
     state = plan.accountant_step(state, np.ones(1), selected=np.array([0]))
@@ -108,7 +108,7 @@ def test_poisson_adpfl_mnist_golden():
 def test_poisson_calibrated_meets_target():
   cfg = _poisson_cfg(**{"privacy.formula": "calibrated", "privacy.epsilon": 3.0,
                         "data.num_clients": 2, "server.clients_per_round": 1, "rounds": 4})
-  plan = make_privacy_plan(cfg, np.array([60, 60]))
+  plan = plan_from_config(cfg, np.array([60, 60]))
   scale = plan.noise_scale(4)
   state = plan.accountant_init()
   for _ in range(4):  # the worst case the calibration covers: selected every round
@@ -127,7 +127,7 @@ def test_poisson_calibrated_meets_target():
 ])
 def test_poisson_refused_where_unaccounted(sets, match):
   with pytest.raises(ConfigError, match=match):
-    make_privacy_plan(_poisson_cfg(**sets), np.array([60, 60, 40, 100]))
+    plan_from_config(_poisson_cfg(**sets), np.array([60, 60, 40, 100]))
 
 
 def test_poisson_needs_batch_size():
@@ -175,7 +175,7 @@ def test_poisson_step_within_add_remove_sensitivity():
   cfg = _poisson_cfg(**{"client.batch_size": b, "client.local_steps": 1, "client.lr": lr,
                         "client.clip": clip, "data.num_clients": 1,
                         "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N - 1]))
+  plan = plan_from_config(cfg, np.array([N - 1]))
   ccfg = experiment._client_round_config(cfg).client
   ccfg = type(ccfg)(**{**ccfg.__dict__, "noise_placement": "none"})
   hp = client_lib.ClientHParams(jnp.full((1,), lr, jnp.float32), jnp.float32(clip),
@@ -339,8 +339,8 @@ def test_clip_rules_round(rule):
 
 def test_median_rule_certifies_inf_and_claims_fixed():
   counts = np.full(20, 30)
-  fixed = make_privacy_plan(_clfl_cfg("fixed"), counts)
-  median = make_privacy_plan(_clfl_cfg("median"), counts)
+  fixed = plan_from_config(_clfl_cfg("fixed"), counts)
+  median = plan_from_config(_clfl_cfg("median"), counts)
   sf, sm = fixed.accountant_init(), median.accountant_init()
   for _ in range(3):
     sf = fixed.accountant_step(sf, np.zeros(20), fixed.sensitivity[0])
@@ -360,7 +360,7 @@ def test_median_rule_certifies_inf_and_claims_fixed():
 ])
 def test_clip_rules_refused(rule, sets, match):
   with pytest.raises(ConfigError, match=match):
-    make_privacy_plan(_clfl_cfg(rule, **sets), np.full(20, 30))
+    plan_from_config(_clfl_cfg(rule, **sets), np.full(20, 30))
 
 
 def test_private_median_split_composes_to_round_multiplier():
@@ -379,8 +379,8 @@ def test_private_median_split_composes_to_round_multiplier():
   assert math.isinf(plan_lib.private_median_split(math.inf, sb))
   # The plan charges the private rule exactly as the fixed one (event of multiplier z).
   counts = np.full(20, 30)
-  ev_f = make_privacy_plan(_clfl_cfg("fixed"), counts).event(np.full(20, z))
-  ev_p = make_privacy_plan(_clfl_cfg("private_median"), counts).event(np.full(20, z))
+  ev_f = plan_from_config(_clfl_cfg("fixed"), counts).event(np.full(20, z))
+  ev_p = plan_from_config(_clfl_cfg("private_median"), counts).event(np.full(20, z))
   np.testing.assert_allclose(accounting.event_rdp(ev_f), accounting.event_rdp(ev_p))
 
 
@@ -407,7 +407,7 @@ def test_private_median_host_loop():
   np.testing.assert_allclose(float(args.clip), s1, rtol=1e-6)
   np.testing.assert_allclose(float(args.central_noise), zs * sens * s1 / 2.0, rtol=1e-6)
   # Certified as one Gaussian of multiplier 1 per round (the fixed rule's event).
-  fixed = make_privacy_plan(_clfl_cfg("fixed", **{"data.samples_per_client": 20,
+  fixed = plan_from_config(_clfl_cfg("fixed", **{"data.samples_per_client": 20,
                                                   "client.clip": 2.0}), np.full(20, 20))
   state = fixed.accountant_step(fixed.accountant_init(), np.zeros(20), fixed.sensitivity[0])
   assert loop.rows[0]["epsilon_certified"] == pytest.approx(fixed.certified_epsilon(state))

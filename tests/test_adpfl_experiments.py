@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from fedjax_dp import config as config_lib
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.plan import make_privacy_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "adpfl2022.ipynb"
@@ -57,7 +57,7 @@ def test_engine_noise_is_the_papers_sigma_c_on_each_steps_sum(method):
   # Alg. 3 / eq. (17): std sigma C on the summed clipped gradients, whatever
   # sensitivity the accountant proves for a step.
   cfg = common.method_config(common.paper_config("mnist", "noniid"), method, sigma=0.7)
-  plan = make_privacy_plan(cfg, np.full(1000, 60.0))
+  plan = plan_from_config(cfg, np.full(1000, 60.0))
   std = cfg.privacy.noise_multiplier * plan.sensitivity[0]
   assert std == pytest.approx(0.7 * 4.0)
   assert common.paper_sigma(cfg, np.array([std]))[0] == pytest.approx(0.7)
@@ -90,7 +90,7 @@ def test_accountant_event_of_each_selection_rule(rule, sampling, amplified):
       f"data.num_clients={u}", f"server.selection={rule}", f"server.clients_per_round={k}",
       "server.q=0.25", "privacy.placement=step", "client.clip_mode=per_example_l2",
       f"client.local_steps={steps}", "client.batch_size=10", "privacy.delta=1e-5"])
-  plan = make_privacy_plan(cfg, np.full(u, 40.0))
+  plan = plan_from_config(cfg, np.full(u, 40.0))
   ev = plan.event(np.full(u, 1.0), np.arange(u) < k)
   np.testing.assert_allclose(ev.noise_multiplier, 1.0 / np.sqrt(steps))
   if sampling is not None:
@@ -128,7 +128,7 @@ def test_clfl_is_geyer_median_and_its_certified_variant_is_finite():
   assert (clfl.privacy.placement, clfl.client.clip_mode, clfl.server.clip_rule) == (
       "central", "update_l2", "median")
   # Geyer et al.'s sigma = 1 on the sum of K updates: std S / K on their mean.
-  plan = make_privacy_plan(clfl, np.full(1000, 60.0))
+  plan = plan_from_config(clfl, np.full(1000, 60.0))
   assert clfl.privacy.noise_multiplier * plan.sensitivity[0] == pytest.approx(4.0 / 10)
   cert = common.certified(common.method_config(base, "clfl"))
   assert cert.server.clip_rule == "private_median"

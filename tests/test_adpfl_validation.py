@@ -19,11 +19,11 @@ import pytest
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.config import ConfigError
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import plan as plan_lib
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import engine
 
 MODEL = get_model("logistic", (3,), 4)
@@ -121,7 +121,7 @@ def test_accountant_charges_exactly_the_extra_gaussian(placement):
   the first. Clients outside the cohort pay nothing."""
   cfg = _rr_cfg(**{"privacy.placement": placement})
   counts = np.full(4, 10)
-  plan = make_privacy_plan(cfg, counts)
+  plan = plan_from_config(cfg, counts)
   assert plan.validation == "clients"
   z = 1.3
   cohorts = [[0, 1], [2, 3], [0, 1]]
@@ -144,7 +144,7 @@ def test_accountant_charges_exactly_the_extra_gaussian(placement):
   # the paper formulas' bookkeeping is not touched
   np.testing.assert_array_equal(with_val.inv_var_sum, without.inv_var_sum)
   # 'server' charges nothing extra even when asked
-  srv = make_privacy_plan(_rr_cfg(**{"schedule.validation": "server"}), counts)
+  srv = plan_from_config(_rr_cfg(**{"schedule.validation": "server"}), counts)
   a = srv.accountant_step(srv.accountant_init(), np.full(4, z) * srv.sensitivity,
                           selected=np.array([0, 1]), validate=True)
   np.testing.assert_allclose(srv.certified_epsilons(a)[0],
@@ -162,7 +162,7 @@ def test_poisson_minibatches_charge_the_score_to_the_cohort():
                    "client.local_steps": 2, "privacy.placement": "step",
                    "server.selection": "round_robin"})
   counts = np.array([10, 20, 10, 20])
-  plan = make_privacy_plan(cfg, counts)
+  plan = plan_from_config(cfg, counts)
   assert plan.poisson_steps and plan.validation == "clients"
   state = plan.accountant_init()
   for sel in ([0, 1], [0, 2]):
@@ -182,7 +182,7 @@ def test_amplified_rule_charges_the_joint_gaussian():
   """A random rule amplifies the round's single Gaussian of multiplier
   (z^-2 + z_val^-2)^(-1/2) (both releases read the same cohort)."""
   cfg = _rr_cfg(**{"server.selection": "uniform"})
-  plan = make_privacy_plan(cfg, np.full(4, 10))
+  plan = plan_from_config(cfg, np.full(4, 10))
   z = np.full(4, 1.3)
   joint = (1.3 ** -2 + 2.0 ** -2) ** -0.5
   np.testing.assert_allclose(accounting.event_rdp(plan.event(z, val_multiplier=2.0)),
@@ -232,13 +232,36 @@ def test_bad_config_is_refused(sets, match):
   with pytest.raises(ConfigError, match=match):
     cfg = _rr_cfg(**sets)
     config_lib.validate(cfg)
-    make_privacy_plan(cfg, np.full(4, 10))
+    plan_from_config(cfg, np.full(4, 10))
 
 
 def test_privacy_off_allows_noiseless_score():
   cfg = _rr_cfg(**{"privacy.placement": "none", "schedule.val_noise_multiplier": 0.0})
-  plan = make_privacy_plan(cfg, np.full(4, 10))
+  plan = plan_from_config(cfg, np.full(4, 10))
   assert plan.noiseless and plan.validation == "clients"
   # other schedules never release a score
-  assert make_privacy_plan(_rr_cfg(**{"schedule.name": "constant"}),
+  assert plan_from_config(_rr_cfg(**{"schedule.name": "constant"}),
                            np.full(4, 10)).validation == "server"
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_paper_epsilon_of_charges_the_score_as_the_run_loop_does(every):
+  """fedjax_dp.papers.adpfl.epsilon_of (A-DPFL's planned budgets, equal_epsilon.py) on
+  a noise pattern equals the run loop's certified epsilon for that pattern, the
+  released client scores included: the host loop (no training) with alpha = -1 never
+  reduces sigma (a score gain is never <= -1), so its pattern is all ones."""
+  from fedjax_dp.papers import adpfl
+  cfg = adpfl.method_config(adpfl.paper_config(
+      "mnist", "noniid", data_dir="../shared/datasets/mnist", rounds=5, num_clients=40,
+      samples=60, clients=4, validation="clients"), "adpfl")
+  cfg.schedule.alpha, cfg.schedule.adjust_every = -1.0, float(every)
+  cfg.model.name = "logistic"
+  loop = experiment.RunLoop(cfg, experiment.build(cfg), None)
+  while (a := loop.plan_round()) is not None:
+    loop.record({"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0,
+                 "num_selected": float(a.sel_mask.sum())}, (0.0, 0.0),
+                0.0, 0.0 if loop.wants_validation else None)
+  certified = loop.rows[-1]["epsilon_certified"]
+  np.testing.assert_allclose(adpfl.epsilon_of(cfg, np.ones(5)), certified, rtol=1e-9)
+  cfg.schedule.validation = "server"
+  assert adpfl.epsilon_of(cfg, np.ones(5)) < certified  # the score's releases cost

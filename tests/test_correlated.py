@@ -14,12 +14,12 @@ from _helpers import QUICKSTART, small_config, toy_federated
 
 from fedjax_dp import cli, experiment
 from fedjax_dp.config import ConfigError
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.privacy import correlated as cn
 from fedjax_dp.privacy.correlated import bandmf, tree
 from fedjax_dp.privacy.correlated.base import normal_like
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -177,7 +177,7 @@ def test_noise_covariance_across_rounds(name):
 def _plan(**sets):
   cfg = small_config({**CORR, **sets})
   u = int(cfg.data.num_clients)
-  return cfg, make_privacy_plan(cfg, np.full(u, int(cfg.data.samples_per_client)))
+  return cfg, plan_from_config(cfg, np.full(u, int(cfg.data.samples_per_client)))
 
 
 def test_certified_epsilon_is_one_gaussian_over_the_run():
@@ -392,7 +392,7 @@ def test_amplified_bandmf_calibrates_to_the_target_and_runs():
   sets = {**CORR, **AMP, "privacy.mechanism": "bandmf", "privacy.formula": "calibrated",
           "privacy.epsilon": "2", "rounds": "12"}
   cfg = small_config(sets)
-  plan = make_privacy_plan(cfg, np.full(10, int(cfg.data.samples_per_client)))
+  plan = plan_from_config(cfg, np.full(10, int(cfg.data.samples_per_client)))
   z = float(plan.noise_scale(12)[0] / plan.sensitivity[0])
   assert np.isclose(_amplified_want(plan, 3, z), 2.0, rtol=1e-3)  # ceil(12 / 4) rounds
   run = experiment.run(cfg)

@@ -63,6 +63,26 @@ def test_digits_embedded_split():
   np.testing.assert_array_equal(ds.y_test, again.y_test)
 
 
+def test_digits_equal_scikit_learns_loader_and_split_without_importing_it():
+  # The stored split and the file read without scikit-learn give exactly what
+  # load_digits() + train_test_split(stratify, random_state=0) give.
+  from sklearn.datasets import load_digits
+  from sklearn.model_selection import train_test_split
+
+  from fedjax_dp.data import datasets as datasets_lib
+  bunch = load_digits()
+  x = (bunch.images / 16.0).astype(np.float32)[..., None]
+  y = bunch.target.astype(np.int32)
+  x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, stratify=y,
+                                                      random_state=0)
+  ds = datasets_lib._load_digits()
+  for got, want in ((ds.x_train, x_train), (ds.x_test, x_test), (ds.y_train, y_train),
+                    (ds.y_test, y_test)):
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+  import sklearn
+  assert ds.source["what"] == f"scikit-learn {sklearn.__version__} load_digits()"
+
+
 def test_known_names_and_unknown_name():
   assert set(DATASETS) >= {"digits", "mnist", "fashion_mnist", "cifar10"}
   with pytest.raises(ValueError, match=r"data\.name.*mnist"):

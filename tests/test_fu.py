@@ -20,9 +20,9 @@ from scipy import stats
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import formulas, mechanisms
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 
 REG = get_model("linear_regression", (3,), 1)
@@ -79,7 +79,7 @@ def test_fu_thm1_laplace_noise_matches_its_scale():
   """The engine's upload noise under fu_thm1 is Laplace with Theorem 1's scale
   ``beta = T_l eta E zeta / eps`` (KS test on the noise of lr = 0 uploads)."""
   cfg = small_config(FU)
-  plan = make_privacy_plan(cfg, np.full(10, 20))
+  plan = plan_from_config(cfg, np.full(10, 20))
   beta = plan.noise_scale(cfg.rounds)
   t_l = 2  # 4 rounds, 5 of 10 clients a round: every client twice
   np.testing.assert_allclose(beta, t_l * 0.2 * 2 * 0.5 / 3.0)
@@ -101,7 +101,7 @@ def test_round_robin_client_level_accounting():
   """Each client is charged only for its own turns, at client level, with the
   corrected sensitivity 2 eta E zeta: per turn 2 eps / T_l pure epsilon."""
   cfg = small_config(FU)
-  plan = make_privacy_plan(cfg, np.full(10, 20))
+  plan = plan_from_config(cfg, np.full(10, 20))
   ev = plan.event(np.ones(10))
   assert (ev.level, ev.sampling, ev.relation) == ("client", "round_robin", "replace_one")
   np.testing.assert_allclose(plan.sensitivity, 2 * 0.2 * 2 * 0.5)
@@ -140,7 +140,7 @@ def test_fu_thm2_noise_and_claim():
   cfg = small_config(FU, **{"client.clip_mode": "step_grad_l2", "privacy.mechanism": "gaussian",
                             "privacy.formula": "fu_thm2", "privacy.epsilon": 10.0,
                             "privacy.delta": 1e-4})
-  plan = make_privacy_plan(cfg, np.full(10, 20))
+  plan = plan_from_config(cfg, np.full(10, 20))
   xi = 0.2 * 2 * 0.5
   np.testing.assert_allclose(plan.noise_scale(4), formulas.fu_sigma_zcdp(10.0, 1e-4, 2) * xi)
   state = plan.accountant_init()
@@ -175,7 +175,7 @@ def test_corollaries_aggregated_noise_variance():
 def test_unbounded_combinations_are_refused(sets, field):
   cfg = small_config(FU, **sets)
   with pytest.raises(ValueError, match=field):
-    make_privacy_plan(cfg, np.full(10, 20))
+    plan_from_config(cfg, np.full(10, 20))
   if field != "step_grad_l1":
     with pytest.raises(config_lib.ConfigError):
-      make_privacy_plan(cfg, np.full(10, 20))
+      plan_from_config(cfg, np.full(10, 20))

@@ -27,6 +27,38 @@ def test_quick_suite_runs_its_sections_and_writes_the_csv(tmp_path, capsys):
   assert gpu_suite.conv_choice(rows) in ("conv", "im2col")
 
 
+def test_quick_second_edition_sections(tmp_path):
+  # The sections the second edition added, at tiny shapes: the paper-scale results
+  # (listed, not regenerated), pfl (through a stand-in interpreter: pfl and torch are
+  # not test dependencies), W4's sweep against one by one, a streamed federation.
+  stub = tmp_path / "pfl_python"
+  stub.write_text("#!/bin/sh\necho '{\"seconds_per_round\": 1.5, \"versions\": "
+                  "\"pfl stand-in\", \"device\": \"cpu\", \"torch_threads\": 2}'\n")
+  stub.chmod(0o755)
+  assert gpu_suite.main(["--quick", "--no-torch", "--only", "paper,pfl,W4-lanes,W8-1M",
+                         "--pfl-python", str(stub), "--out", str(tmp_path)]) == 0
+  rows = {r["task"]: r for r in read_csv(tmp_path / f"gpu_{gpu_suite.device_name()}_quick.csv")}
+  assert list(rows)[0] == "paper/fu2023/fig4_cnn_T_paper"  # Fu Fig. 4 first
+  assert "regenerates none" in rows["paper/fu2023/fig4_cnn_T_paper"]["note"]
+  assert rows["W2/pfl"]["seconds_per_round"] == "1.5" and "pfl stand-in" in rows["W7/pfl"]["note"]
+  for task in ("W4-lanes/4/batched", "W4-lanes/4/one_by_one", "W8-1M/streamed_k10",
+               "W8-1M/streamed_k100"):
+    assert float(rows[task]["seconds_per_round"]) > 0, task
+  assert "projected" in rows["W4-lanes/4/one_by_one"]["note"]
+
+
+def test_paper_scale_results_are_the_ones_made_on_a_gpu():
+  found = gpu_suite.gpu_results()
+  assert found[0].name == "fig4_cnn_T_paper" and found[0].parent.parent.name == "fu2023"
+  assert all((r.parent / f"{r.name}_meta.json").is_file() for r in found)
+
+
+def test_without_pfl_its_rows_say_so():
+  rows = gpu_suite.pfl_same_device({"pfl_python": None})
+  assert [r["task"] for r in rows] == ["W2/pfl", "W7/pfl"]
+  assert all("no --pfl-python" in r["note"] for r in rows)
+
+
 def test_budget_skips_the_remaining_sections(tmp_path):
   assert gpu_suite.main(["--quick", "--no-torch", "--budget", "-1", "--out",
                          str(tmp_path)]) == 0

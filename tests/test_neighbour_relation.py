@@ -17,8 +17,8 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedjax_dp import config as config_lib
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.plan import make_privacy_plan
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 
@@ -58,7 +58,7 @@ def test_adpfl_rules_with_poisson_are_replace_one(rule):
   selected every round: the old add/remove certificate was 36.16, while under the
   only relation the rule's assumption allows the mechanism has epsilon >= 60.16
   (dp_accounting's optimistic PLD, a lower bound)."""
-  plan = make_privacy_plan(_cfg(**{"server.selection": rule}), np.full(4, 60))
+  plan = plan_from_config(_cfg(**{"server.selection": rule}), np.full(4, 60))
   assert plan.adjacency == "replace_one"
   eps = _run_epsilon(plan, 50)
   lower = _pld_replace_one(1 / 3, 1.0, 150, 1e-5, pessimistic=False)
@@ -72,7 +72,7 @@ def test_adpfl_rules_with_poisson_are_replace_one(rule):
 
 
 def test_random_rules_with_poisson_stay_add_remove():
-  plan = make_privacy_plan(_cfg(**{"server.selection": "uniform",
+  plan = plan_from_config(_cfg(**{"server.selection": "uniform",
                                    "server.clients_per_round": 2}), np.full(4, 60))
   assert plan.adjacency == "add_remove"
   assert plan.describe()["accounting"]["relation"] == "add_remove"
@@ -84,12 +84,12 @@ def test_every_event_uses_the_run_relation():
   for rule, relation in [("wasserstein_topk", "replace_one"), ("round_robin", "add_remove")]:
     cfg = _cfg(**{"server.selection": rule, "schedule.name": "adpfl",
                   "schedule.validation": "clients"})
-    plan = make_privacy_plan(cfg, np.full(4, 60))
+    plan = plan_from_config(cfg, np.full(4, 60))
     assert plan.adjacency == relation
     assert plan.event(np.ones(4), np.ones(4, bool)).relation == relation
     assert plan.validation_event(np.ones(4, bool)).relation == relation
   # Without Poisson minibatches every run is replace-one, as before.
-  plain = make_privacy_plan(_cfg(**{"client.minibatch": "shuffle",
+  plain = plan_from_config(_cfg(**{"client.minibatch": "shuffle",
                                     "server.selection": "wasserstein_topk"}), np.full(4, 60))
   assert plain.adjacency == "replace_one"
   assert plain.event(np.ones(4), np.ones(4, bool)).relation == "replace_one"

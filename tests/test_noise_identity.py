@@ -221,3 +221,51 @@ def test_sweep_draws_one_entropy_and_records_it(tmp_path):
 def test_bad_noise_seed_is_a_config_error(bad):
   with pytest.raises(config_lib.ConfigError, match="privacy.noise_seed"):
     config_lib.validate(_base(**{"privacy.noise_seed": bad}))
+
+
+# ----------------------------------------------------------------------------- the data
+
+
+def _loans_config(data_dir, **sets):
+  base = {"data.name": "lending_club", "data.dir": str(data_dir), "data.partition": "iid",
+          "data.num_clients": "4", "data.samples_per_client": "10",
+          "model.name": "linear_regression", "rounds": "2", "client.lr": "0.1",
+          "client.clip": "1.0", "server.clients_per_round": "4", "privacy.epsilon": "8",
+          "progress": "false", "checkpoint.every": "1"}
+  base.update(sets)
+  return config_lib.override(config_lib.base_config(), [f"{k}={v}" for k, v in base.items()])
+
+
+def test_changed_data_at_the_same_path_draws_independent_noise(tmp_path):
+  """Issue 47 Q3: the identity hashes the data's content, not only its path."""
+  from test_datasets_papers import write_loans  # pylint: disable=import-outside-toplevel
+  data = tmp_path / "data"
+  data.mkdir()
+  cfg = _loans_config(data)
+  write_loans(data, n=100, seed=0)
+  first = experiment.run(cfg, str(tmp_path / "a")).summary
+  write_loans(data, n=100, seed=1)  # other records, same file, same path, same config
+  second = experiment.run(cfg, str(tmp_path / "b")).summary
+  assert first["noise_stream_id"] != second["noise_stream_id"]
+  assert first["data_fingerprint"] != second["data_fingerprint"]
+  # Resuming the first run on the changed data is refused, naming the data.
+  with pytest.raises(config_lib.ConfigError, match="data's content"):
+    experiment.run(cfg, str(tmp_path / "a"))
+  # The same content again (rewritten, new modification time) is the same release.
+  write_loans(data, n=100, seed=0)
+  third = experiment.run(cfg, str(tmp_path / "c")).summary
+  assert third["data_fingerprint"] == first["data_fingerprint"]
+  assert third["noise_stream_id"] == first["noise_stream_id"]
+  assert third["final_test_loss"] == first["final_test_loss"]
+  # The fingerprint is of the content: the same files at another path give the same one.
+  moved = tmp_path / "moved"
+  data.rename(moved)
+  assert experiment.build(_loans_config(moved)).data_fingerprint == first["data_fingerprint"]
+
+
+def test_stream_depends_on_the_data_fingerprint_unless_common_random_numbers():
+  cfg = _base()
+  assert tuple(noise_identity.stream(cfg, "a" * 32)) != tuple(noise_identity.stream(cfg, "b" * 32))
+  crn = _base(**{"privacy.common_random_numbers": "true"})
+  np.testing.assert_array_equal(noise_identity.stream(crn, "a" * 32),
+                                noise_identity.stream(crn, "b" * 32))

@@ -10,6 +10,7 @@ import pytest
 from _helpers import toy_federated
 
 from fedjax_dp.models import get_model
+from fedjax_dp.privacy import clip_modes
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine, one_step
 
@@ -74,6 +75,35 @@ def test_fused_round_equals_per_client_round(name, ccfg, aggregate, chunk):
   want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
       params, data, args)
   got = engine.make_round_fn(model, cfg)(params, data, args)
+  _assert_close(got, want)
+
+
+def _fused_modes():
+  """Every registered clip mode with a fused one-step hook, at each noise placement the
+  fused path takes that the mode's proof allows (or none)."""
+  out = []
+  for name, mode in clip_modes.CLIP_MODES.items():
+    if mode.client.fused is None:
+      continue
+    placements = [p for p in ("upload", "central") if p in mode.proof.placements]
+    out += [(name, p) for p in placements or ["none"]]
+  return out
+
+
+@pytest.mark.parametrize("clip_mode,placement", _fused_modes())
+def test_every_fused_hook_equals_the_vmapped_reference(clip_mode, placement):
+  """The registry decides the fused path: each mode's hook (``ClipMode.client.fused``)
+  against ``vmap(client_update)``, the reference, with unequal clients, padding and a
+  clip that binds for some."""
+  model = get_model("logistic", SHAPE, CLASSES)
+  ccfg = client_lib.ClientConfig(1, 0, clip_mode, placement)
+  assert one_step.fusable(model, ccfg)
+  params = jax.jit(model.init)(jax.random.PRNGKey(1))
+  cfg = engine.RoundConfig(ccfg, client_chunk=3)
+  args = _args()._replace(clip=jnp.float32(0.3))
+  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
+      params, _data(), args)
+  got = engine.make_round_fn(model, cfg)(params, _data(), args)
   _assert_close(got, want)
 
 

@@ -10,9 +10,10 @@ from _helpers import small_config
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data import heterogeneity
 from fedjax_dp.privacy import accounting, selection
-from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.privacy.inputs import ServerInputs
 from fedjax_dp.training import engine
 
 
@@ -31,8 +32,7 @@ def _partition(u=8, classes=4, n=30, seed=0):
 
 def _weights(rule, metric="zero_one"):
   labels, clients = _partition()
-  server = config_lib.base_config().server
-  server.selection, server.wasserstein_metric = rule, metric
+  server = ServerInputs(selection=rule, wasserstein_metric=metric)
   return selection.get_rule(rule).weights(labels, clients, 4, server), labels, clients
 
 
@@ -105,7 +105,7 @@ def _plan(rule, u=8, k=3, rounds=5, **sets):
   cfg = config_lib.override(config_lib.base_config(), [f"{a}={b}" for a, b in {
       "data.num_clients": u, "server.selection": rule, "server.clients_per_round": k,
       "rounds": rounds, "privacy.epsilon": 2.0, **sets}.items()])
-  return make_privacy_plan(cfg, np.full(u, 40))
+  return plan_from_config(cfg, np.full(u, 40))
 
 
 @pytest.mark.parametrize("rule", ["wasserstein_topk", "wasserstein_sample"])
@@ -144,12 +144,11 @@ def test_random_rules_state_no_assumption():
 def test_bad_input_is_refused_with_the_field_named():
   with pytest.raises(ValueError, match="server.selection='wasserstein_topk' needs"):
     engine.select_clients("wasserstein_topk", 4, 2, 0.0, 0, 0)
-  server = config_lib.base_config().server
-  server.selection = "wasserstein_sample"
+  server = ServerInputs(selection="wasserstein_sample")
   with pytest.raises(ValueError, match="needs class labels"):
     selection.get_rule("wasserstein_sample").weights(np.zeros(4, np.float32),
                                                      [np.arange(2), np.arange(2, 4)], 0, server)
-  server.wasserstein_metric = "euclid"
+  server = ServerInputs(selection="wasserstein_sample", wasserstein_metric="euclid")
   with pytest.raises(ValueError, match="server.wasserstein_metric"):
     selection.get_rule("wasserstein_sample").weights(np.zeros(4, np.int32),
                                                      [np.arange(2), np.arange(2, 4)], 1, server)

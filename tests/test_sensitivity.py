@@ -23,12 +23,12 @@ import pytest
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
 from fedjax_dp.audit import mechanisms as audit_mechanisms
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data.federated import build_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import clip_modes, selection
 from fedjax_dp.privacy.clip_modes import base as clip_base
 from fedjax_dp.privacy.clip_modes import update_l2
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -76,6 +76,7 @@ UPLOAD_CASES = [  # clip_mode, mechanism, E, batch, l2_reg
     ("per_example_l2", "gaussian", 1, 0, 0.0),
     ("per_example_l2", "gaussian", 3, 4, 0.1),
     ("per_example_l1", "laplace", 3, 0, 0.0),
+    ("per_example_l1", "gaussian", 2, 4, 0.0),  # an L1 bound is an L2 bound
     ("param_l2", "gaussian", 2, 0, 0.0),
     ("update_l2", "gaussian", 3, 4, 0.0),
     ("param_l2", "laplace", 2, 0, 0.0),     # L1: 2 C sqrt(d) (Yuan's Laplace baseline)
@@ -90,16 +91,21 @@ def test_upload_release_within_plan_sensitivity(clip_mode, mechanism, steps, bat
                 "client.local_steps": steps, "client.batch_size": batch,
                 "client.l2_reg": l2_reg, "client.lr": lr, "client.clip": clip,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N]), num_params=MODEL.num_params())
+  plan = plan_from_config(cfg, np.array([N]), num_params=MODEL.num_params())
   ord = 1 if mechanism == "laplace" else 2
   d = _upload_moves(cfg, steps, lr, clip, ord, len(clip_mode) + steps)
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
   assert d.max() > 0.0
 
 
-@pytest.mark.parametrize("clip_mode,mechanism,steps,batch", [
-    ("step_grad_l1", "laplace", 3, 0), ("step_grad_l2", "gaussian", 2, 4)])
-def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, steps, batch):
+STEP_GRAD_CASES = [  # clip_mode, mechanism, E, batch, the clip's norm
+    ("step_grad_l1", "laplace", 3, 0, 1), ("step_grad_l1", "gaussian", 2, 0, 1),
+    ("step_grad_l2", "gaussian", 2, 4, 2)]
+
+
+@pytest.mark.parametrize("clip_mode,mechanism,steps,batch,clip_ord", STEP_GRAD_CASES)
+def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, steps, batch,
+                                                          clip_ord):
   """Fu et al.'s per-step gradient clipping, client-level neighbours: the client's
   WHOLE dataset is replaced (random data, and data whose gradients point the other
   way); the upload never moves more than ``2 C sum_s eta_s``, and an opposite-gradient
@@ -109,7 +115,7 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
                 "client.local_steps": steps, "client.batch_size": batch, "client.lr": lr,
                 "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1,
                 "server.selection": "round_robin"})
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   assert plan.event(np.ones(1)).level == "client"
   np.testing.assert_allclose(plan.sensitivity, 2 * clip * lr * steps)
   ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
@@ -138,13 +144,14 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
   def moved(params, x, y, x2, y2, key):
     a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
     b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
-    return _dist(a, b, ord)
+    return _dist(a, b, ord), _dist(a, b, clip_ord)
 
   keys = jax.random.split(jax.random.PRNGKey(5), TRIALS)
-  d = np.asarray(moved(params, x, y, x2, y2, keys))
+  d, d_clip = map(np.asarray, moved(params, x, y, x2, y2, keys))
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
-  # Each opposite step moves the two runs 2 eta C apart (the hinge then saturates).
-  assert d[half:].max() > 0.9 * 2 * lr * clip, d[half:].max()
+  # Each opposite step moves the two runs 2 eta C apart in the clip's norm (the hinge
+  # then saturates).
+  assert d_clip[half:].max() > 0.9 * 2 * lr * clip, d_clip[half:].max()
 
 
 def test_adversarial_search_finds_the_active_set_flip():
@@ -169,16 +176,21 @@ def test_adversarial_search_finds_the_active_set_flip():
   assert d.max() > 1.2 * (2 * clip * 2 * lr / N)
 
 
-@pytest.mark.parametrize("ord", [2, 1])
-def test_step_release_within_plan_sensitivity(ord):
-  """``'step'`` noises each step's sum of clipped gradients: 2 C for any parameters."""
+STEP_CASES = [("per_example_l2", "gaussian"), ("per_example_l1", "laplace"),
+              ("per_example_l1", "gaussian")]
+
+
+@pytest.mark.parametrize("name,mech", STEP_CASES)
+def test_step_release_within_plan_sensitivity(name, mech):
+  """``'step'`` noises each step's sum of clipped gradients: 2 C for any parameters,
+  measured in the mechanism's norm (L1 for Laplace, L2 for Gaussian)."""
   clip = 1.0
-  name, mech = ("per_example_l2", "gaussian") if ord == 2 else ("per_example_l1", "laplace")
-  grad = clip_modes.get(name).grad  # the step's clipped sum, as the client computes it
+  ord = 1 if mech == "laplace" else 2
+  grad = clip_modes.get(name).client.grad  # the step's clipped sum, as the client computes it
   cfg = _cfg(**{"client.clip_mode": name, "privacy.mechanism": mech,
                 "privacy.placement": "step", "client.local_steps": 3,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   mask = jnp.ones(N, jnp.float32)
 
   @jax.jit
@@ -200,12 +212,25 @@ CENTRAL_CASES = [  # selection, aggregation, K, q
     ("poisson", "fixed", 0, 0.3),
     ("cyclic_poisson", "fixed", 3, 0.5),  # f = q K / U, the expected share of a group
 ]
+# Every registered mode with a central-noise proof is searched on every case.
+CENTRAL_MODES = clip_modes.supporting("central")
 
 
+@pytest.mark.parametrize("clip_mode", CENTRAL_MODES)
 @pytest.mark.parametrize("selection_name,aggregation,k,q", CENTRAL_CASES)
-def test_central_release_within_plan_sensitivity(selection_name, aggregation, k, q):
+def test_central_release_within_plan_sensitivity(selection_name, aggregation, k, q,
+                                                 clip_mode):
   """Replace one selected client's data entirely, in cohorts the rule can draw
   (Poisson: down to a single client), and measure the aggregate."""
+  worst, sens = central_moves(clip_mode, selection_name, aggregation, k, q)
+  assert worst <= sens * (1 + 1e-5), (worst, sens)
+  assert worst > 0.0
+
+
+def central_moves(clip_mode, selection_name, aggregation, k, q, trials=3):
+  """``(worst, plan sensitivity)``: how far the aggregate of a central-noise round
+  moves (noiseless) when one selected client's data is replaced entirely, over the
+  cohorts the rule draws in 6 rounds (Poisson: also cohorts of one and two)."""
   u, clip, lr = 8, 1.0, 3.0
   rng = np.random.default_rng(1)
   sizes = rng.integers(2, N + 1, u)
@@ -217,8 +242,8 @@ def test_central_release_within_plan_sensitivity(selection_name, aggregation, k,
   cfg = _cfg(**{"data.num_clients": u, "server.selection": selection_name,
                 "server.clients_per_round": max(k, 1), "server.q": q,
                 "server.aggregation": aggregation, "privacy.placement": "central",
-                "client.clip_mode": "update_l2", "client.clip": clip, "client.lr": lr})
-  plan = make_privacy_plan(cfg, np.asarray(data.counts))
+                "client.clip_mode": clip_mode, "client.clip": clip, "client.lr": lr})
+  plan = plan_from_config(cfg, np.asarray(data.counts))
   rcfg = experiment._client_round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
@@ -243,22 +268,21 @@ def test_central_release_within_plan_sensitivity(selection_name, aggregation, k,
         seed=jnp.uint32(0))
     a, _ = fn(params, data, args)
     target = int(idx[sel > 0][0])
-    for trial in range(3):
+    for trial in range(trials):
       flip = data._replace(
           x=data.x.at[target].set(jnp.asarray(rng.normal(size=data.x.shape[1:]) * 5,
                                               jnp.float32)),
           y=data.y.at[target].set(1 - data.y[target]))
       b, _ = fn(params, flip, args)
       worst = max(worst, float(_dist(a, b, 2)))
-  assert worst <= plan.sensitivity[0] * (1 + 1e-5), (worst, plan.sensitivity[0])
-  assert worst > 0.0
+  return worst, float(plan.sensitivity[0])
 
 
 def test_central_poisson_normalized_refused_and_round_robin_smallest_cohort():
   cfg = _cfg(**{"data.num_clients": 8, "server.selection": "poisson", "server.q": 0.3,
                 "privacy.placement": "central", "client.clip_mode": "update_l2"})
   with pytest.raises(ValueError, match="server.aggregation='fixed'"):
-    make_privacy_plan(cfg, np.full(8, 4))
+    plan_from_config(cfg, np.full(8, 4))
   rule = selection.get_rule("round_robin")
   assert rule.min_cohort(8, 3, 0.0) == 2
 
@@ -278,7 +302,7 @@ def test_correlated_release_within_plan_matrix_sensitivity(mechanism, selection_
                 "server.clients_per_round": k, "server.aggregation": "fixed",
                 "privacy.placement": "central", "client.clip_mode": "update_l2",
                 "privacy.mechanism": mechanism, "rounds": rounds})
-  plan = make_privacy_plan(cfg, np.full(u, N))
+  plan = plan_from_config(cfg, np.full(u, N))
   c = getattr(correlated, mechanism).matrix(plan.correlated)
   s_sq = plan.correlated_sens_sq()
   rng = np.random.default_rng(0)
@@ -303,11 +327,11 @@ def test_correlated_release_within_plan_matrix_sensitivity(mechanism, selection_
 SEARCHED = {
     **{(c[0], "upload", c[1]): "test_upload_release_within_plan_sensitivity"
        for c in UPLOAD_CASES},
-    ("step_grad_l1", "upload", "laplace"): "test_step_grad_upload_within_client_level_sensitivity",
-    ("step_grad_l2", "upload", "gaussian"): "test_step_grad_upload_within_client_level_sensitivity",
-    ("per_example_l2", "step", "gaussian"): "test_step_release_within_plan_sensitivity",
-    ("per_example_l1", "step", "laplace"): "test_step_release_within_plan_sensitivity",
-    ("update_l2", "central", "gaussian"): "test_central_release_within_plan_sensitivity",
+    **{(c[0], "upload", c[1]): "test_step_grad_upload_within_client_level_sensitivity"
+       for c in STEP_GRAD_CASES},
+    **{(c[0], "step", c[1]): "test_step_release_within_plan_sensitivity" for c in STEP_CASES},
+    **{(m, "central", "gaussian"): "test_central_release_within_plan_sensitivity"
+       for m in CENTRAL_MODES},
     # Correlated noise: the per-round aggregate as above, the matrix across rounds here.
     ("update_l2", "central", "tree"): "test_correlated_release_within_plan_matrix_sensitivity",
     ("update_l2", "central", "bandmf"): "test_correlated_release_within_plan_matrix_sensitivity",
@@ -315,10 +339,12 @@ SEARCHED = {
 
 
 def test_every_registered_clip_mode_and_placement_is_searched():
-  want = {(name, p, "laplace" if p in mode.laplace else "gaussian")
-          for name, mode in clip_modes.CLIP_MODES.items() for p in mode.placements}
+  """Each proof is searched for every mechanism it bounds: the Gaussian (L2) case at
+  every placement, and the Laplace (L1) case where the mode's sensitivity is an L1 one."""
+  want = {(name, p, "gaussian") for name, mode in clip_modes.CLIP_MODES.items()
+          for p in mode.proof.placements}
   want |= {(name, p, "laplace") for name, mode in clip_modes.CLIP_MODES.items()
-           for p in mode.laplace}
+           for p in mode.proof.laplace}
   assert want <= set(SEARCHED), sorted(want - set(SEARCHED))
 
 
@@ -356,8 +382,9 @@ def _half_update_mode() -> clip_modes.ClipMode:
 
   return clip_modes.ClipMode(
       name="half_update_l2", summary="the update clipped to L2 norm C / 2 (a test)",
-      grad=clip_base.plain_grad, sensitivity=sensitivity, placements=("upload",),
-      after_local=clip_half, canary=clip_base.Canary(example_scale=1e4), norm=2)
+      client=clip_modes.ClientHooks(clip_base.plain_grad, after_local=clip_half),
+      proof=clip_modes.Proof(sensitivity, placements=("upload",)),
+      canary=clip_base.Canary(example_scale=1e4))
 
 
 def test_a_clip_mode_added_by_the_recipe_runs_through_plan_client_and_audit(monkeypatch):
@@ -368,16 +395,16 @@ def test_a_clip_mode_added_by_the_recipe_runs_through_plan_client_and_audit(monk
           "client.clip": clip, "data.num_clients": 1, "server.clients_per_round": 1}
   cfg = _cfg(**sets)
   config_lib.validate(cfg)  # the config's choices read the live registry
-  plan = make_privacy_plan(cfg, np.array([N]))
+  plan = plan_from_config(cfg, np.array([N]))
   assert plan.sensitivity[0] == clip and plan.level == "example"
   d = _upload_moves(cfg, steps, lr, clip, 2, seed=11)
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
   assert d.max() > 0.5 * clip  # the bound is nearly reached, not vacuous
   # A placement the mode has no proof for is refused, naming the field.
   with pytest.raises(ValueError, match="client.clip_mode"):
-    make_privacy_plan(_cfg(**sets, **{"privacy.placement": "step"}), np.array([N]))
+    plan_from_config(_cfg(**sets, **{"privacy.placement": "step"}), np.array([N]))
   with pytest.raises(ValueError, match="privacy.mechanism='laplace'"):
-    make_privacy_plan(_cfg(**sets, **{"privacy.mechanism": "laplace"}), np.array([N]))
+    plan_from_config(_cfg(**sets, **{"privacy.mechanism": "laplace"}), np.array([N]))
   # The audit enumerates it from the registry, with its canary.
   base = _cfg(**{"data.num_clients": 4, "server.clients_per_round": 2})
   assert audit_mechanisms.accepted(base, {"client.clip_mode": mode.name,

@@ -16,9 +16,9 @@ from _helpers import toy_federated
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.plan import make_privacy_plan
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -54,14 +54,14 @@ def test_b1_several_local_steps_upload_sensitivity_covers_active_set_flip():
   assert moved > 0.4  # the flip happened: every example's gradient changed at step 2
   cfg = _cfg(**{"client.local_steps": 2, "client.lr": 0.5, "client.clip": 1.0,
                 "data.num_clients": 1, "server.clients_per_round": 1})
-  plan = make_privacy_plan(cfg, np.array([100]))
+  plan = plan_from_config(cfg, np.array([100]))
   assert moved <= plan.sensitivity[0]
   np.testing.assert_allclose(plan.sensitivity, 2 * 1.0 * (0.5 / 100 + 0.5))
 
 
 def test_b1_one_step_keeps_wei_eq13():
   cfg = _cfg(**{"client.lr": 0.5, "data.num_clients": 2, "server.clients_per_round": 2})
-  plan = make_privacy_plan(cfg, np.array([100, 50]))
+  plan = plan_from_config(cfg, np.array([100, 50]))
   np.testing.assert_allclose(plan.sensitivity, [2 * 0.5 / 100, 2 * 0.5 / 50])
 
 
@@ -71,7 +71,7 @@ def test_b2_round_robin_is_charged_per_client_without_amplification():
   cfg = _cfg(**{"data.num_clients": 1000, "server.selection": "round_robin",
                 "server.clients_per_round": 1, "rounds": 1, "privacy.epsilon": 1.0,
                 "privacy.formula": "calibrated"})
-  plan = make_privacy_plan(cfg, np.full(1000, 10))
+  plan = plan_from_config(cfg, np.full(1000, 10))
   noise = plan.noise_scale(1)
   state = plan.accountant_step(plan.accountant_init(), noise, selected=np.array([7]))
   z = noise[7] / plan.sensitivity[7]
@@ -89,7 +89,7 @@ def test_b3_central_poisson_normalized_is_refused():
   cfg = _cfg(**{"data.num_clients": 1000, "server.selection": "poisson", "server.q": 0.01,
                 "privacy.placement": "central", "client.clip_mode": "update_l2"})
   with pytest.raises(ValueError, match="server.aggregation"):
-    make_privacy_plan(cfg, np.full(1000, 10))
+    plan_from_config(cfg, np.full(1000, 10))
 
 
 def test_b3_central_poisson_fixed_denominator_bounds_a_small_cohort():
@@ -102,7 +102,7 @@ def test_b3_central_poisson_fixed_denominator_bounds_a_small_cohort():
   cfg = _cfg(**{"data.num_clients": u, "server.selection": "poisson", "server.q": 0.01,
                 "privacy.placement": "central", "client.clip_mode": "update_l2",
                 "server.aggregation": "fixed", "client.clip": 1.0, "client.lr": 50.0})
-  plan = make_privacy_plan(cfg, np.asarray(data.counts))
+  plan = plan_from_config(cfg, np.asarray(data.counts))
   rcfg = experiment._client_round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
@@ -127,7 +127,7 @@ def test_b3_central_poisson_fixed_denominator_bounds_a_small_cohort():
 def test_b4_client_without_noise_is_charged_infinity():
   cfg = _cfg(**{"data.num_clients": 2, "server.clients_per_round": 2})
   cfg.privacy.client_epsilons = (1.0, math.inf)
-  plan = make_privacy_plan(cfg, np.array([100, 100]))
+  plan = plan_from_config(cfg, np.array([100, 100]))
   noise = plan.noise_scale(10)
   assert noise[1] == 0.0 and noise[0] > 0
   state = plan.accountant_step(plan.accountant_init(), noise, selected=np.array([0, 1]))
@@ -140,7 +140,7 @@ def test_b4_client_without_noise_is_charged_infinity():
 def test_default_formula_keeps_the_target(eps):
   cfg = _cfg(**{"privacy.epsilon": eps, "rounds": 50})
   assert cfg.privacy.formula == "calibrated"
-  plan = make_privacy_plan(cfg, np.full(10, 100))
+  plan = plan_from_config(cfg, np.full(10, 100))
   noise = plan.noise_scale(50)
   state = plan.accountant_init()
   for _ in range(50):
@@ -151,7 +151,7 @@ def test_default_formula_keeps_the_target(eps):
 
 def test_quickstart_certified_epsilon_within_its_target():
   cfg = config_lib.load_config("experiments/configs/quickstart.py")
-  plan = make_privacy_plan(cfg, np.full(cfg.data.num_clients, cfg.data.samples_per_client))
+  plan = plan_from_config(cfg, np.full(cfg.data.num_clients, cfg.data.samples_per_client))
   noise = plan.noise_scale(cfg.rounds)
   state = plan.accountant_init()
   for _ in range(cfg.rounds):
@@ -182,7 +182,7 @@ def test_round_robin_calibration_meets_the_target_for_the_busiest_client():
   u, k, t = 7, 3, 10
   cfg = _cfg(**{"data.num_clients": u, "server.selection": "round_robin",
                 "server.clients_per_round": k, "rounds": t, "privacy.epsilon": 2.0})
-  plan = make_privacy_plan(cfg, np.full(u, 50))
+  plan = plan_from_config(cfg, np.full(u, 50))
   noise = plan.noise_scale(t)
   state, turns = plan.accountant_init(), np.zeros(u, int)
   for r in range(t):
@@ -206,4 +206,4 @@ def test_round_robin_calibration_meets_the_target_for_the_busiest_client():
 ])
 def test_unbounded_combinations_are_refused_naming_the_field(sets, field):
   with pytest.raises(ValueError, match=field.replace(".", r"\.")):
-    make_privacy_plan(_cfg(**sets), np.full(10, 20))
+    plan_from_config(_cfg(**sets), np.full(10, 20))

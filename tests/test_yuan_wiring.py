@@ -13,8 +13,9 @@ from _helpers import small_config
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.privacy import formulas
-from fedjax_dp.privacy.plan import make_privacy_plan, param_l1_sensitivity
+from fedjax_dp.privacy.plan import param_l1_sensitivity
 from fedjax_dp.privacy.schedules import constant, geometric
 
 U, K, M, N, C, EPS, DELTA = 100, 10, 30, 600, 5.0, 10.0, 1e-3
@@ -50,7 +51,7 @@ def _play(cfg, plan, schedule, losses=None):
 @pytest.mark.parametrize("theta", [0.95, 1.0, 1.05])
 def test_eq8_printed_noise_claim_and_certificate(theta):
   cfg = _cfg(**{"schedule.theta": theta})
-  plan = make_privacy_plan(cfg, np.full(U, N))
+  plan = plan_from_config(cfg, np.full(U, N))
   state, acct, claims, noises = _play(cfg, plan, geometric)
   sigma = formulas.yuan_sigma_eq8(EPS, DELTA, K / U, M, theta, DS)
   np.testing.assert_allclose(state.base, sigma, rtol=1e-12)
@@ -68,7 +69,7 @@ def test_eq8_printed_noise_claim_and_certificate(theta):
 
 def test_eq8_corrected_claims_the_target_under_the_papers_accountant():
   cfg = _cfg(**{"schedule.theta": 1.05, "privacy.formula": "yuan_eq8_corrected"})
-  plan = make_privacy_plan(cfg, np.full(U, N))
+  plan = plan_from_config(cfg, np.full(U, N))
   state, _, claims, _ = _play(cfg, plan, geometric)
   np.testing.assert_allclose(
       state.base, formulas.yuan_sigma_eq8_corrected(EPS, DELTA, K / U, M, 1.05, DS), rtol=1e-12)
@@ -84,7 +85,7 @@ def test_eq8_corrected_claims_the_target_under_the_papers_accountant():
 @pytest.mark.parametrize("theta", [0.9, 1.0, 1.05])
 def test_refinement_is_eq9_with_the_papers_sensitivity(theta):
   cfg = _cfg(**{"schedule.theta": theta, "schedule.refine": 1, "schedule.alpha_d": 0.8})
-  plan = make_privacy_plan(cfg, np.full(U, N))
+  plan = plan_from_config(cfg, np.full(U, N))
   losses = [3.0, 2.0, 2.5] + [1.0] * M        # stalls after m = 3
   state = geometric.init(experiment.noise_context(cfg, plan))
   for t, loss in enumerate(losses[:3]):
@@ -98,7 +99,7 @@ def test_laplace_baselines():
   d = 25450   # MLP 784-32-10
   cfg = _cfg(**{"schedule.name": "constant", "privacy.mechanism": "laplace",
                 "privacy.formula": "yuan_laplace"})
-  plan = make_privacy_plan(cfg, np.full(U, N), num_params=d)
+  plan = plan_from_config(cfg, np.full(U, N), num_params=d)
   np.testing.assert_allclose(plan.sensitivity, 2 * C * math.sqrt(d))
   _, acct, claims, noises = _play(cfg, plan, constant)
   np.testing.assert_allclose(noises, M * DS / EPS, rtol=1e-12)      # b = M Delta_s / eps
@@ -106,7 +107,7 @@ def test_laplace_baselines():
   np.testing.assert_allclose(plan.multipliers(noises[0], 0.0), noises[0] / (2 * C * d ** 0.5))
   assert plan.certified_epsilon(acct) > 1e3 * EPS
 
-  matched = make_privacy_plan(_cfg(**{"schedule.name": "constant",
+  matched = plan_from_config(_cfg(**{"schedule.name": "constant",
                                       "privacy.mechanism": "laplace",
                                       "privacy.formula": "yuan_laplace_matched"}),
                               np.full(U, N), num_params=d)
@@ -119,7 +120,7 @@ def test_update_l2_reads_algorithm_1_with_the_same_noise_and_certificate():
   """update_l2 (the C-ball around the global model, spec 7.3 item 12's other reading
   for the CNN) gets eq. (8)'s noise from the paper's Delta_s and is certified with
   the same true sensitivity 2 C as param_l2."""
-  plans = {m: make_privacy_plan(_cfg(**{"client.clip_mode": m}), np.full(U, N))
+  plans = {m: plan_from_config(_cfg(**{"client.clip_mode": m}), np.full(U, N))
            for m in ("param_l2", "update_l2")}
   runs = {m: _play(_cfg(**{"client.clip_mode": m}), p, geometric) for m, p in plans.items()}
   np.testing.assert_array_equal(runs["param_l2"][3], runs["update_l2"][3])
@@ -155,14 +156,14 @@ def test_param_l1_sensitivity_bound_is_tight_on_the_ball():
 ])
 def test_unbounded_yuan_combinations_are_refused(sets, match):
   with pytest.raises(ValueError, match=match):
-    make_privacy_plan(_cfg(**sets), np.full(U, N), num_params=10)
+    plan_from_config(_cfg(**sets), np.full(U, N), num_params=10)
 
 
 def test_laplace_param_l2_needs_the_parameter_count():
   cfg = _cfg(**{"privacy.mechanism": "laplace", "privacy.formula": "yuan_laplace",
                 "schedule.name": "constant"})
   with pytest.raises(ValueError, match="num_params"):
-    make_privacy_plan(cfg, np.full(U, N))
+    plan_from_config(cfg, np.full(U, N))
 
 
 def test_geometric_laplace_is_refused_by_the_config():

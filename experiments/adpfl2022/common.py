@@ -60,6 +60,12 @@ CIFAR_MESSAGE = (
     "e.g. FEDJAX_DP_CIFAR10=... python experiments/adpfl2022/table2.py --dataset cifar10")
 
 
+# Where A-DPFL's decay reads its score S_t: the selected clients' local data, noised and
+# charged ('clients', the paper's collaborators' validation accuracy). Results made
+# before 2026-12-02 read the test accuracy ('server'), the set they report on.
+VALIDATION = "clients"
+
+
 def paper_config(dataset: str = "mnist", partition: str = "noniid", *, model: str = MODEL,
                  local_steps: int = LOCAL_STEPS, **kwargs):
   """:func:`fedjax_dp.papers.adpfl.paper_config` with this machine's data: MNIST from
@@ -77,11 +83,14 @@ def paper_config(dataset: str = "mnist", partition: str = "noniid", *, model: st
 
 
 def setting_tag(args) -> str:
-  """``""`` at the calibrated model and local steps, else ``_<model>_e<local steps>``:
-  runs off the calibrated setting keep their own files."""
+  """``""`` at the calibrated model and local steps, else ``_<model>_e<local steps>``,
+  and ``_val<where>`` off :data:`VALIDATION`: runs off the default setting keep their
+  own files."""
+  val = "" if args.validation == VALIDATION else f"_val{args.validation}"
   if (args.model, args.local_steps) == (MODEL, LOCAL_STEPS):
-    return ""
-  return f"_{args.model}_e{args.local_steps}"
+    return val
+  return f"_{args.model}_e{args.local_steps}{val}"
+
 
 
 def run_configs(cfgs: dict, name: str, *, keep: bool = True) -> pd.DataFrame:
@@ -130,11 +139,15 @@ def add_args(ap, seeds: int = 1):
                   help="server.client_chunk (0 = all K at once, -1 = from free memory)")
   ap.add_argument("--conv-impl", choices=["auto", "conv", "im2col"], default="auto",
                   help="server.conv_impl for CNNs")
+  ap.add_argument("--validation", choices=["clients", "server"], default=VALIDATION,
+                  help="where A-DPFL's decay reads its score: the selected clients' data "
+                       "(noised, charged) or the test set (for comparison only)")
   return ap
 
 
 def apply_args(cfg, args):
-  """``cfg`` with the evaluation-subset and speed flags of :func:`add_args`."""
+  """``cfg`` with the evaluation-subset, validation and speed flags of :func:`add_args`."""
+  cfg.schedule.validation = args.validation
   cfg.data.test_samples = int(args.test_samples)
   cfg.server.client_chunk = int(args.client_chunk)
   cfg.server.conv_impl = args.conv_impl

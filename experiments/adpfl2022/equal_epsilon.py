@@ -52,7 +52,8 @@ def main(argv=None):
   start = time.time()
   fig4 = pd.read_csv(common.RESULTS / "fig4.csv")
   base = common.paper_config(args.dataset, "noniid", clients=args.clients, model=args.model,
-                             local_steps=args.local_steps, rounds=args.rounds)
+                             local_steps=args.local_steps, rounds=args.rounds,
+                             validation=args.validation)
   methods = ["dpfl", "adpfl"] + (["clfl"] if common.has_clfl() else [])
   if "clfl" not in methods:
     print("CL-FL skipped: this engine has no server.clip_rule (server-side median clipping)")
@@ -143,7 +144,8 @@ def main(argv=None):
                f"{args.dataset}, K={args.clients}, {args.model}", fontsize=10)
   fig.tight_layout()
   fig.savefig(common.RESULTS / "equal_epsilon.png", dpi=110)
-  common.save_meta("equal_epsilon", start, clients=args.clients, model=args.model,
+  common.save_meta("equal_epsilon", start, validation=args.validation,
+                   clients=args.clients, model=args.model,
                    local_steps=args.local_steps)
 
 

@@ -54,9 +54,11 @@ def main(argv=None):
                                                      "noniid"):
     tag = f"_{args.model}_k{args.clients}_{args.partition}"
   tag += common.setting_tag(args) if args.model == common.MODEL else (
-      f"_e{args.local_steps}" if args.local_steps != common.LOCAL_STEPS else "")
+      f"_e{args.local_steps}" if args.local_steps != common.LOCAL_STEPS else "") + (
+      "" if args.validation == common.VALIDATION else f"_val{args.validation}")
   base = common.paper_config(args.dataset, args.partition, clients=args.clients,
-                             model=args.model, local_steps=args.local_steps, rounds=args.rounds)
+                             model=args.model, local_steps=args.local_steps, rounds=args.rounds,
+                             validation=args.validation)
   methods = args.methods.split(",")
   if "clfl" in methods and not common.has_clfl():
     methods.remove("clfl")
@@ -122,7 +124,8 @@ def main(argv=None):
                f"{args.model}", fontsize=10)
   fig.tight_layout()
   fig.savefig(common.RESULTS / f"ablation{tag}.png", dpi=110)
-  common.save_meta(f"fig4_ablation{tag}", start, clients=args.clients, model=args.model,
+  common.save_meta(f"fig4_ablation{tag}", start, validation=args.validation,
+                   clients=args.clients, model=args.model,
                    local_steps=args.local_steps, methods=methods)
 
 

@@ -72,7 +72,8 @@ def main(argv=None):
   print(table[["alpha", "adjust_every", "seed", "holds", "final_accuracy"]].to_string())
   plot(df, best.iloc[0])
   print(best.to_string(index=False))
-  common.save_meta("fig5_alpha", start, seeds=args.seeds, partition=args.partition)
+  common.save_meta("fig5_alpha", start, validation=args.validation,
+                   seeds=args.seeds, partition=args.partition)
 
 
 def plot(df: pd.DataFrame, top) -> None:

@@ -27,7 +27,8 @@ def main(argv=None):
   args = ap.parse_args(argv)
   start = time.time()
   base = common.paper_config(args.dataset, "noniid", clients=args.clients, model=args.model,
-                             local_steps=args.local_steps, rounds=args.rounds)
+                             local_steps=args.local_steps, rounds=args.rounds,
+                             validation=args.validation)
   cfg = common.method_config(base, "adpfl")
   ks = [float(k) for k in args.k_grid.split(",")]
   rows = common.repro.run_sweep(cfg, {"schedule.k": ks, "seed": list(range(args.seeds))},
@@ -55,7 +56,8 @@ def main(argv=None):
                f"{args.seeds} seed(s)", fontsize=10)
   fig.tight_layout()
   fig.savefig(common.RESULTS / "fig6.png", dpi=110)
-  common.save_meta("fig6", start, clients=args.clients, model=args.model,
+  common.save_meta("fig6", start, validation=args.validation,
+                   clients=args.clients, model=args.model,
                    local_steps=args.local_steps)
 
 

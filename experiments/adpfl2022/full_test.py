@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import common
 import flax.serialization
@@ -29,10 +30,12 @@ def main(argv=None):
                                "table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0")
   ap.add_argument("--dataset", default="mnist")
   args = ap.parse_args(argv)
+  start = time.time()
   run_root = common.RUNS / f"{args.name}_{args.dataset}"
   rows, cache = [], {}
   for run_dir in sorted(p for p in run_root.iterdir() if (p / "model.msgpack").exists()):
     cfg = ml_collections.ConfigDict(json.loads((run_dir / "config.json").read_text()))
+    common.repro.note_configs([cfg])
     # The run's own subset first: reproducing its last logged accuracy checks the load.
     sub = experiment.build(cfg, cache=cache)
     template = sub.model.init(jax.random.PRNGKey(0))
@@ -49,6 +52,9 @@ def main(argv=None):
   df["partition"] = df["run"].str.split("_").str[0]
   common.write(df, f"{args.name}_fulltest")
   print(common.mean_std(df, ["partition"], ["test_accuracy"]).to_string())
+  common.save_meta(f"{args.name}_fulltest", start, runs=str(run_root.name),
+                   note="re-scores the final models of the named Table 2 run (its runs "
+                        "folder) on the full test set; no training")
 
 
 if __name__ == "__main__":

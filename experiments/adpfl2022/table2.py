@@ -85,7 +85,8 @@ def main(argv=None):
                f"{args.seeds} seeds)", fontsize=9)
   fig.tight_layout()
   fig.savefig(common.RESULTS / f"{name}.png", dpi=110)
-  common.save_meta(name, start, clients=args.clients, model=args.model, local_steps=args.local_steps,
+  common.save_meta(name, start, validation=args.validation,
+                   clients=args.clients, model=args.model, local_steps=args.local_steps,
                    test_samples=args.test_samples, client_chunk=args.client_chunk,
                    conv_impl=args.conv_impl)
 

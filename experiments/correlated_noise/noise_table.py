@@ -28,8 +28,8 @@ from compare import EPSILONS, NONPRIVATE, RESULTS, TASKS
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import reproduction as repro
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.privacy import correlated
-from fedjax_dp.privacy.plan import make_privacy_plan
 
 
 def prefix_noise(plan, decay: float = 0.0) -> np.ndarray:
@@ -70,7 +70,7 @@ def main(argv=None):
       continue
     for eps in EPSILONS:
       c = config_lib.override(cfg, [*sets, f"privacy.epsilon={eps}"])
-      plan = make_privacy_plan(c, np.full(u, n))
+      plan = plan_from_config(c, np.full(u, n))
       sigma = float(plan.noise_scale(plan.rounds)[0] / plan.sensitivity[0])
       err = sigma * prefix_noise(plan)
       s_max = float(np.sqrt(np.max(plan.correlated_sens_sq()))) if plan.correlated else None

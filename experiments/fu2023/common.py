@@ -120,6 +120,38 @@ def cnn_config(**overrides):
   return cfg
 
 
+def add_federation_args(ap, defaults: Mapping[str, Any]) -> None:
+  """The CNN federation flags (``--clients`` N, ``--per-round`` b, ``--samples``,
+  ``--size-sigma``, ``--lr``, ``--client-chunk``, ``--name``) with ``defaults`` (a
+  :data:`CNN`-like dict): Figs. 2, 4 and 6 at another federation than their default."""
+  d = defaults
+  ap.add_argument("--clients", type=int, default=d["num_clients"], help="N")
+  ap.add_argument("--per-round", type=int, default=d["clients_per_round"], help="b")
+  ap.add_argument("--samples", type=int, default=d["samples_per_client"],
+                  help="mean images per client")
+  ap.add_argument("--size-sigma", type=float,
+                  default=d.get("size_sigma", config_lib.base_config().data.size_sigma),
+                  help="log-normal spread of client sizes (0 = equal)")
+  ap.add_argument("--lr", type=float, default=d["lr"], help="eta")
+  ap.add_argument("--client-chunk", type=int, default=0,
+                  help="server.client_chunk: 0 = all b clients at once (the CPU runs), "
+                       "-1 = the largest chunk that fits the device's free memory (a GPU "
+                       "at the paper's b = 350: each client holds its own copy of the "
+                       "6.4M-parameter CNN while it trains)")
+
+
+def federation_config(args):
+  """:func:`cnn_config` at the federation of :func:`add_federation_args`' flags."""
+  return cnn_config(num_clients=args.clients, clients_per_round=args.per_round,
+                    samples_per_client=args.samples, size_sigma=args.size_sigma,
+                    lr=args.lr, client_chunk=args.client_chunk)
+
+
+def federation_meta(args) -> dict[str, Any]:
+  return dict(clients=args.clients, per_round=args.per_round, samples=args.samples,
+              size_sigma=args.size_sigma, lr=args.lr, client_chunk=args.client_chunk)
+
+
 def initial_test_loss(cfg) -> float:
   """Test MSE of the zero model (T = 0: the paper's Figs. 3-4 start there; spec A10
   initialises the LR at zero, so it is the mean squared test target)."""
@@ -242,11 +274,19 @@ def save_meta(name: str, start: float, **extra) -> dict:
   return repro.save_meta(RESULTS, name, start, **extra)
 
 
+# The untrained model a DP curve has to beat: below it, a DP run is degenerate (its
+# noise undoes more than its training achieves). LR: the zero model's test MSE
+# (initial_test_loss); CNN: chance accuracy over MNIST's 10 classes.
+CHANCE = 0.1
+
+
 def plot_curves(table: pd.DataFrame, x: str, y: str, name: str, title: str, *, xlabel: str,
                 ylabel: str, logy: bool = False, group: str = "privacy.epsilon",
-                label=eps_label, extra=None) -> None:
+                label=eps_label, extra=None, reference: tuple[float, str] | None = None
+                ) -> None:
   """One errorbar line (mean +- std over seeds) per ``group`` value; saves
-  ``results/<name>.png``. ``extra(ax)`` draws more first."""
+  ``results/<name>.png``. ``extra(ax)`` draws more first; ``reference = (y, label)``
+  draws the untrained model's level (the zero model's loss, chance) as a dotted line."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -255,6 +295,8 @@ def plot_curves(table: pd.DataFrame, x: str, y: str, name: str, title: str, *, x
     errorbar_plot(ax, t.sort_values(x), x, y, label(key))
   if extra is not None:
     extra(ax)
+  if reference is not None:
+    ax.axhline(reference[0], color="gray", ls=":", label=reference[1])
   if logy:
     ax.set_yscale("log")
   ax.set_xlabel(xlabel)
@@ -266,6 +308,43 @@ def plot_curves(table: pd.DataFrame, x: str, y: str, name: str, title: str, *, x
   RESULTS.mkdir(parents=True, exist_ok=True)
   fig.savefig(RESULTS / f"{name}.png", dpi=110)
   plt.close(fig)
+
+
+def zero_model_line(cfg) -> tuple[float, str]:
+  """The LR figures' reference line: the zero model's test MSE (:func:`initial_test_loss`)."""
+  y0 = initial_test_loss(cfg)
+  return y0, f"zero model (T = 0): {y0:.0f}; above it a DP run is degenerate"
+
+
+CHANCE_LINE = (CHANCE, "chance (10 classes): below or at it a DP run is degenerate")
+
+
+def add_replot_arg(ap) -> None:
+  """``--replot``: redraw the PNG from the committed CSV (no run, no meta.json)."""
+  ap.add_argument("--replot", action="store_true",
+                  help="redraw results/<name>.png from the committed CSV (no runs)")
+
+
+def committed(name: str) -> pd.DataFrame:
+  """The committed ``results/<name>.csv`` (for ``--replot``)."""
+  return pd.read_csv(RESULTS / f"{name}.csv")
+
+
+# The Laplace scale of each basis: the paper's Theorem 1 at its eps, or the smallest
+# scale whose certified eps (our accountant) is the paper's eps.
+FORMULA = {"claimed": "fu_thm1", "certified": "calibrated"}
+
+
+def add_basis_arg(ap) -> None:
+  """``--basis``: which epsilon sets the noise (:data:`FORMULA`); ``certified`` writes
+  ``<name>_certified`` (the equal-certified comparison)."""
+  ap.add_argument("--basis", choices=sorted(FORMULA), default="claimed",
+                  help="claimed: Theorem 1's noise at the paper's eps; certified: the "
+                       "smallest noise our accountant certifies at that eps")
+
+
+def basis_suffix(args) -> str:
+  return "" if args.basis == "claimed" else f"_{args.basis}"
 
 
 def now() -> float:

@@ -21,14 +21,22 @@ import argparse
 import common
 import pandas as pd
 
-# The Laplace scale of each basis: the paper's Theorem 1 at its eps, or the smallest
-# scale whose certified eps is the paper's eps.
-FORMULA = {"claimed": "fu_thm1", "certified": "calibrated"}
+FORMULA = common.FORMULA
 
 
 def _label(key) -> str:
   basis, eps = key
   return f"{common.eps_label(eps)}, {basis}"
+
+
+def draw(curve, cfg, args) -> None:
+  seeds = int(curve["test_loss_count"].max())
+  common.plot_curves(curve, "k", "test_loss", "fig1_lr_epsilon",
+                     f"Fu Fig. 1: LR / Laplace, T = {args.rounds}, E = 1, eta = {args.lr:g} "
+                     f"(mean +- std, {seeds} seeds)",
+                     xlabel="iteration k", ylabel="test MSE", logy=True,
+                     group=["basis", "privacy.epsilon"], label=_label,
+                     reference=common.zero_model_line(cfg))
 
 
 def main(argv=None):
@@ -38,12 +46,15 @@ def main(argv=None):
   ap.add_argument("--lr", type=float, default=common.LR_CALIBRATED,
                   help="eta (default: the eps = inf calibration's choice)")
   ap.add_argument("--bases", default="claimed,certified")
+  common.add_replot_arg(ap)
   args = ap.parse_args(argv)
   start = common.now()
   cfg = common.lr_config(lr=args.lr)
   cfg.name = "fu_fig1"
   cfg.rounds = args.rounds
   cfg.eval.every = 1
+  if args.replot:
+    return draw(common.committed("fig1_lr_epsilon"), cfg, args)
   frames = []
   for basis in args.bases.split(","):
     rows = common.repro.run_sweep(cfg, {"privacy.epsilon": list(common.LR_EPSILONS),
@@ -60,11 +71,7 @@ def main(argv=None):
   common.write(curve, "fig1_lr_epsilon")
   final = curve[curve["k"] == curve["k"].max()]
   common.write(final, "fig1_lr_epsilon_final")
-  common.plot_curves(curve, "k", "test_loss", "fig1_lr_epsilon",
-                     f"Fu Fig. 1: LR / Laplace, T = {args.rounds}, E = 1, eta = {args.lr:g} "
-                     f"(mean +- std, {args.seeds} seeds)",
-                     xlabel="iteration k", ylabel="test MSE", logy=True,
-                     group=["basis", "privacy.epsilon"], label=_label)
+  draw(curve, cfg, args)
   print(final[["basis", "privacy.epsilon", "k", "test_loss_mean", "test_loss_std",
                "epsilon_claimed_mean", "epsilon_certified_mean"]].to_string())
   common.save_meta("fig1_lr_epsilon", start, seeds=args.seeds, lr=args.lr,

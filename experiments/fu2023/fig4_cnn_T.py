@@ -36,27 +36,13 @@ def main(argv=None):
   ap.add_argument("--seeds", type=int, default=5)
   ap.add_argument("--rounds", default="10,20,50,100", help="T_g grid (T = 5 T_g)")
   ap.add_argument("--epsilons", default="10,20,30,inf")
-  d = common.CNN_FIG4
-  ap.add_argument("--clients", type=int, default=d["num_clients"], help="N")
-  ap.add_argument("--per-round", type=int, default=d["clients_per_round"], help="b")
-  ap.add_argument("--samples", type=int, default=d["samples_per_client"],
-                  help="mean images per client")
-  ap.add_argument("--size-sigma", type=float, default=d["size_sigma"],
-                  help="log-normal spread of client sizes (0 = equal)")
-  ap.add_argument("--lr", type=float, default=d["lr"], help="eta")
+  common.add_federation_args(ap, common.CNN_FIG4)
   ap.add_argument("--name", default="fig4_cnn_T",
                   help="results/<name>.* (and runs/fu2023/<name>) for a variant run")
   ap.add_argument("--note", default="", help="a line added to the plot's title")
-  ap.add_argument("--client-chunk", type=int, default=0,
-                  help="server.client_chunk: 0 = all b clients at once (the CPU runs), "
-                       "-1 = the largest chunk that fits the device's free memory (a GPU "
-                       "at the paper's b = 350: each client holds its own copy of the "
-                       "6.4M-parameter CNN while it trains)")
   args = ap.parse_args(argv)
   start = common.now()
-  cfg = common.cnn_config(num_clients=args.clients, clients_per_round=args.per_round,
-                          samples_per_client=args.samples, size_sigma=args.size_sigma,
-                          lr=args.lr, client_chunk=args.client_chunk)
+  cfg = common.federation_config(args)
   cfg.name = "fu_fig4"
   rows = common.repro.run_sweep(cfg, {"rounds": [int(r) for r in args.rounds.split(",")],
                                       "privacy.epsilon": [float(e) for e in
@@ -74,15 +60,13 @@ def main(argv=None):
                      f"Fu Fig. 4 (reduced): CNN / Gaussian, MNIST, E = 5, N = {args.clients}, "
                      f"b = {args.per_round}, {args.seeds} seeds" + (f"\n{args.note}" if args.note else ""),
                      xlabel="total iterations T", ylabel="final test accuracy (mean +- std)",
-                     extra=lambda ax: ax.axhline(0.1, color="gray", ls=":", label="chance"))
+                     reference=common.CHANCE_LINE)
   pd.set_option("display.width", 200)
   print(curve[["privacy.epsilon", "T", "test_accuracy_mean", "test_accuracy_std",
                "epsilon_claimed_mean", "epsilon_certified_mean"]].to_string())
   print(verdicts.to_string())
-  common.save_meta(args.name, start, seeds=args.seeds, clients=args.clients,
-                   per_round=args.per_round, samples=args.samples,
-                   size_sigma=args.size_sigma, lr=args.lr, rounds=args.rounds,
-                   client_chunk=args.client_chunk)
+  common.save_meta(args.name, start, seeds=args.seeds, rounds=args.rounds,
+                   **common.federation_meta(args))
 
 
 if __name__ == "__main__":

@@ -24,26 +24,43 @@ PAPER = {1.0: (12, 40.44, 3568.41), 3.0: (3, 25.95, 28.78), 5.0: (2, 23.94, 26.6
 PAPER_E = (1, 2, 3, 4, 6, 12)
 
 
+def draw(curve, cfg, args) -> None:
+  seeds = int(curve["test_loss_count"].max())
+  sfx = common.basis_suffix(args)
+  common.plot_curves(
+      curve, "E", "test_loss", f"fig5_lr_E{sfx}",
+      f"Fu Fig. 5: LR / Laplace{', noise certified at eps' if sfx else ''}, T = {args.total} "
+      f"(mean +- std, {seeds} seeds); "
+      f"paper's grid ends at E = 12", xlabel="local iterations E", ylabel="final test MSE",
+      logy=True, extra=lambda ax: ax.set_xscale("log"), reference=common.zero_model_line(cfg))
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=5)
   ap.add_argument("--total", type=int, default=120)
   ap.add_argument("--e-grid", default="1,2,3,4,6,12,24,40,60,120")
+  common.add_replot_arg(ap)
+  common.add_basis_arg(ap)
   args = ap.parse_args(argv)
   start = common.now()
   cfg = common.lr_config()
   cfg.name = "fu_fig5"
+  cfg.privacy.formula = common.FORMULA[args.basis]
+  sfx = common.basis_suffix(args)
+  if args.replot:
+    return draw(common.committed(f"fig5_lr_E{sfx}"), cfg, args)
   es = [int(e) for e in args.e_grid.split(",")]
   bad = [e for e in es if args.total % e]
   if bad:
     raise SystemExit(f"--e-grid: {bad} do not divide --total {args.total}")
   df = common.run_pairs(cfg, [(e, args.total // e) for e in es],
                         {"privacy.epsilon": list(common.LR_EPSILONS),
-                         "seed": list(range(args.seeds))}, "fig5")
+                         "seed": list(range(args.seeds))}, f"fig5{sfx}")
   fin = common.finals(df)
   curve = common.mean_std(fin, ["privacy.epsilon", "E"],
                           ["test_loss", "epsilon_claimed", "epsilon_certified"])
-  common.write(curve, "fig5_lr_E")
+  common.write(curve, f"fig5_lr_E{sfx}")
   paper = common.best_per(curve[curve["E"].isin(PAPER_E)], "privacy.epsilon", "E", "test_loss")
   ext = common.best_per(curve, "privacy.epsilon", "E", "test_loss")
   table = paper.merge(ext[["privacy.epsilon", "best_E", "test_loss_at_best", "interior"]],
@@ -51,15 +68,11 @@ def main(argv=None):
   table["paper_best_E"] = [PAPER[e][0] for e in table["privacy.epsilon"]]
   table["paper_loss_at_best"] = [PAPER[e][1] for e in table["privacy.epsilon"]]
   table["paper_worst"] = [PAPER[e][2] for e in table["privacy.epsilon"]]
-  common.write(table, "table3_lr_E")
-  common.plot_curves(
-      curve, "E", "test_loss", "fig5_lr_E",
-      f"Fu Fig. 5: LR / Laplace, T = {args.total} (mean +- std, {args.seeds} seeds); "
-      f"paper's grid ends at E = 12", xlabel="local iterations E", ylabel="final test MSE",
-      logy=True, extra=lambda ax: ax.set_xscale("log"))
+  common.write(table, f"table3_lr_E{sfx}")
+  draw(curve, cfg, args)
   pd.set_option("display.width", 250)
   print(table.to_string())
-  common.save_meta("fig5_lr_E", start, seeds=args.seeds)
+  common.save_meta(f"fig5_lr_E{sfx}", start, seeds=args.seeds, basis=args.basis)
 
 
 if __name__ == "__main__":

@@ -32,17 +32,29 @@ def rule_points(t_grid):
   return out
 
 
+def draw(curve, cfg, args) -> None:
+  seeds = int(curve["test_loss_count"].max())
+  common.plot_curves(curve, "T", "test_loss", "fig7_lr_rule",
+                     f"Fu Fig. 7: LR / Laplace, eps = {args.epsilon:g}, b = N "
+                     f"(mean +- std, {seeds} seeds)", xlabel="total iterations T = E T_g",
+                     ylabel="final test MSE", logy=True, group="rule",
+                     label=lambda r: r, reference=common.zero_model_line(cfg))
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--seeds", type=int, default=5)
   ap.add_argument("--epsilon", type=float, default=3.0)
   ap.add_argument("--t-grid", default="1,10,20,30,40,50,60,70,80,90,100,110,120")
+  common.add_replot_arg(ap)
   args = ap.parse_args(argv)
   start = common.now()
   n = common.LR["num_clients"]
   cfg = common.lr_config(clients_per_round=n)
   cfg.name = "fu_fig7"
   cfg.privacy.epsilon = args.epsilon
+  if args.replot:
+    return draw(common.committed("fig7_lr_rule"), cfg, args)
   pts = rule_points([int(t) for t in args.t_grid.split(",")])
   df = common.run_pairs(cfg, [(e, tg) for _, _, e, tg in pts],
                         {"seed": list(range(args.seeds))}, "fig7")
@@ -64,11 +76,7 @@ def main(argv=None):
   best["t23_loss"] = best["T_target"].map(t23).to_numpy()
   best["t23_over_best"] = best["t23_loss"] / best["test_loss_mean"]
   common.write(best, "fig7_lr_rule_best")
-  common.plot_curves(curve, "T", "test_loss", "fig7_lr_rule",
-                     f"Fu Fig. 7: LR / Laplace, eps = {args.epsilon:g}, b = N "
-                     f"(mean +- std, {args.seeds} seeds)", xlabel="total iterations T = E T_g",
-                     ylabel="final test MSE", logy=True, group="rule",
-                     label=lambda r: r)
+  draw(curve, cfg, args)
   pd.set_option("display.width", 200)
   print(best.to_string())
   wins = int(np.sum(best["rule"] == "E=T^(2/3)"))

@@ -3,13 +3,13 @@
 Attacks the final global model of ``experiments/configs/quickstart.py`` variants with
 the loss-threshold attack (Yeom et al. 2018) and a 25-shadow-model attack (Shokri et
 al. 2017), and prints each row beside the largest advantage the run's certified
-epsilon allows. Writes ``experiments/mia/results/quickstart_mia.csv``.
+epsilon allows. Writes ``experiments/mia/results/<name>.csv`` (``--name``, default
+``quickstart_mia``; the folder is ``MIA_RESULTS`` where set) and its meta.json.
 
   python experiments/mia/quickstart_mia.py                      # every setting
   python experiments/mia/quickstart_mia.py --only nodp_t1000 --attacks loss_threshold
   python experiments/mia/quickstart_mia.py --only yuan_mnist_nodp_m30 \
-      --data-dir ../shared/datasets/mnist --shadow-group 5 \
-      --out experiments/mia/results/yuan_mnist_nodp_mia.csv
+      --data-dir ../shared/datasets/mnist --shadow-group 5 --name yuan_mnist_nodp_mia
 """
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import pandas as pd
 
+from fedjax_dp import reproduction as repro
 from fedjax_dp.attacks import membership_inference
 from fedjax_dp.config import load_config, override
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = Path(os.environ.get("MIA_RESULTS", os.path.join(HERE, "results")))
 CONFIG = os.path.join(HERE, "..", "configs", "quickstart.py")
 
 # name -> overrides of the quickstart config.
@@ -58,8 +61,10 @@ def main():
                  help="shadow runs per compiled group (lower it for MNIST: memory)")
   p.add_argument("--attacks", default="loss_threshold,shadow")
   p.add_argument("--num-shadow", type=int, default=25)
-  p.add_argument("--out", default=os.path.join(HERE, "results", "quickstart_mia.csv"))
+  p.add_argument("--name", default="quickstart_mia",
+                 help="results/<name>.csv and <name>_meta.json")
   args = p.parse_args()
+  start = time.time()
   rows = []
   for name in args.only:
     sets = SETTINGS.get(name) or MNIST_SETTINGS[name]
@@ -69,6 +74,7 @@ def main():
       sets = [*sets, f"data.dir={args.data_dir}"]
     cfg = override(load_config(CONFIG), [*sets, "progress=false"])
     cfg.name = name
+    repro.note_configs([cfg])
     t = time.time()
     row = membership_inference(cfg, attacks=tuple(args.attacks.split(",")),
                                num_shadow=args.num_shadow, shadow_group=args.shadow_group)
@@ -80,10 +86,9 @@ def main():
         for k in ("accuracy", "advantage", "auc", "best_accuracy")] + ["wall_s"]
     print(name, {k: round(row[k], 4) if isinstance(row[k], float) else row[k]
                  for k in keys if k in row}, flush=True)
-  os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  tmp = args.out + ".tmp"
-  pd.DataFrame(rows).to_csv(tmp, index=False)
-  os.replace(tmp, args.out)
+  repro.write_csv(RESULTS, pd.DataFrame(rows), args.name)
+  repro.save_meta(RESULTS, args.name, start, only=args.only, attacks=args.attacks,
+                  num_shadow=args.num_shadow)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import numpy as np
 from dp_accounting import NeighboringRelation
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from fedjax_dp.privacy.plan import make_privacy_plan
+from fedjax_dp.config.privacy_inputs import plan_from_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "adpfl_mnist_cnn.py"
 # The Fig. 5 noise trajectory up to round 35 (docs/privacy.md).
@@ -43,7 +43,7 @@ def _certified(plan, sigmas, validate):
 
 def main():
   cfg = _config()
-  plan = make_privacy_plan(cfg, np.full(int(cfg.data.num_clients), 60))
+  plan = plan_from_config(cfg, np.full(int(cfg.data.num_clients), 60))
   before = dataclasses.replace(plan, adjacency="add_remove")
   lower = pld_lib.from_gaussian_mechanism(
       1.0, sampling_prob=1 / 3, neighboring_relation=NeighboringRelation.REPLACE_ONE,

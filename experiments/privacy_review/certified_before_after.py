@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from fedjax_dp import config as config_lib
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.privacy import accounting, calibration
-from fedjax_dp.privacy.plan import make_privacy_plan
 
 DELTA = 1e-3
 
@@ -44,7 +44,7 @@ def b1():
   z_old = float(calibration.calibrate(lambda z: [accounting.Event(
       noise_multiplier=z, relation="replace_one", count=t)], 4.0, DELTA))
   honest = _gauss(z_old * old_sens / moved, t)
-  plan = make_privacy_plan(_cfg(**{"client.local_steps": 2, "client.lr": 0.5,
+  plan = plan_from_config(_cfg(**{"client.local_steps": 2, "client.lr": 0.5,
                                    "data.num_clients": 1, "server.clients_per_round": 1,
                                    "rounds": t, "privacy.epsilon": 4}), np.array([100]))
   after = _run_plan(plan, t, lambda _: np.array([0]))
@@ -57,7 +57,7 @@ def b2():
   z_old = float(calibration.calibrate(lambda z: [accounting.Event(
       noise_multiplier=z, relation="replace_one", sampling="selection", q=0.001)], 1.0, DELTA))
   honest = _gauss(z_old, 1)
-  plan = make_privacy_plan(_cfg(**{"data.num_clients": 1000, "server.selection": "round_robin",
+  plan = plan_from_config(_cfg(**{"data.num_clients": 1000, "server.selection": "round_robin",
                                    "server.clients_per_round": 1, "rounds": 1,
                                    "privacy.epsilon": 1}), np.full(1000, 10))
   after = _run_plan(plan, 1, lambda _: np.array([0]))
@@ -78,11 +78,11 @@ def b3():
                 "privacy.placement": "central", "client.clip_mode": "update_l2",
                 "rounds": t, "privacy.epsilon": 4})
   try:
-    make_privacy_plan(cfg, np.full(u, 10))
+    plan_from_config(cfg, np.full(u, 10))
     refused = False
   except ValueError:
     refused = True
-  fixed = make_privacy_plan(config_lib.override(cfg, ["server.aggregation=fixed"]),
+  fixed = plan_from_config(config_lib.override(cfg, ["server.aggregation=fixed"]),
                             np.full(u, 10))
   after = _run_plan(fixed, t, lambda _: None)
   note = (f"honest: bound with Delta = 2C (a cohort of one); normalized refused={refused}; "
@@ -94,7 +94,7 @@ def b4():
   """privacy.client_epsilons = (1, inf), 10 rounds, both clients every round."""
   cfg = _cfg(**{"data.num_clients": 2, "server.clients_per_round": 2, "rounds": 10})
   cfg.privacy.client_epsilons = (1.0, math.inf)
-  plan = make_privacy_plan(cfg, np.array([100, 100]))
+  plan = plan_from_config(cfg, np.array([100, 100]))
   after = _run_plan(plan, 10, lambda _: np.arange(2))
   return ("B4 client_epsilons=(1, inf)", 1.0, math.inf, after, "noiseless client charged inf")
 
@@ -104,9 +104,9 @@ def defaults():
   the default formula; now 'calibrated' is."""
   cfg = config_lib.load_config("experiments/configs/quickstart.py")
   counts = np.full(10, 140)
-  wei = make_privacy_plan(config_lib.override(cfg, ["privacy.formula=wei_eq10"]), counts)
+  wei = plan_from_config(config_lib.override(cfg, ["privacy.formula=wei_eq10"]), counts)
   before = _run_plan(wei, 100, lambda _: np.arange(10))
-  after = _run_plan(make_privacy_plan(cfg, counts), 100, lambda _: np.arange(10))
+  after = _run_plan(plan_from_config(cfg, counts), 100, lambda _: np.arange(10))
   return ("quickstart default formula", before, before, after, "wei_eq10 -> calibrated")
 
 

@@ -17,24 +17,37 @@ reaches 0.872 (REPRODUCTION.md, "Two regimes").
 C is the paper's "median of the norms of the unclipped" gradients over the course of
 training (spec 7.1; section 10 item 3: fixed before training from a non-private pilot
 run), not a tuned setting. The pilot is one batched sweep of the same eta grid without
-clipping (``client.clip_mode = none``); :func:`median_grad_norms` measures the
-per-example gradient L2 norms on 2,000 training images at the initial model and at the
-final model of every pilot point, and C is the median of the pooled norms (initial and
-final model) of the pilot point with the best accuracy: the two ends of training stand
-in for "the course of training". The calibration sweep then runs the eta grid clipped
-at that C (``results/baseline_calibration_grad_norms.csv`` has every median; the
-pilot's accuracies are its ``pilot_test_accuracy`` column).
+clipping (``client.clip_mode = none``). :func:`median_grad_norms` measures the
+per-example gradient L2 norms on 2,000 training images (:data:`PROBE`) at a model.
 
-Writes ``results/baseline_calibration.csv``, ``baseline_calibration_mlp.png`` and the
-meta.json. From the repository root::
+* ``--norms ends`` (the first design, kept so its committed result can be re-made):
+  the norms at the initial model and at each pilot point's final model; C is the
+  median of the pooled norms (initial and final model) of the pilot point with the
+  best accuracy: the two ends of training stand in for "the course of training".
+* ``--norms rounds`` (the paper's rule as written): the norms at EVERY model a round
+  computes its gradients at (the initial model and the model after each round
+  1 .. T-1, :func:`each_round_model`); C is the median of the pooled per-round norms
+  of the best pilot point. ``results/baseline_calibration<tag>_grad_norms_per_round.csv``
+  has every point's per-round median and quartiles.
 
-  nice -n 10 python experiments/wei2021/calibrate.py
+The calibration sweep then runs the eta grid (``--cal-lrs``, default the pilot's)
+clipped at that C (``results/baseline_calibration<tag>_grad_norms.csv`` has every
+median; the pilot's accuracies are its ``pilot_test_accuracy`` column).
+
+Writes ``results/baseline_calibration<tag>.csv``, ``baseline_calibration<tag>_mlp.png``
+and the meta.json. From the repository root::
+
+  nice -n 10 python experiments/wei2021/calibrate.py                     # two ends (first run)
+  nice -n 19 python experiments/wei2021/calibrate.py --norms rounds \
+      --cal-lrs 0.5,1,2,4,8,16 --tag _rounds                             # every round
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from pathlib import Path
 
 import common
 import numpy as np
@@ -46,6 +59,7 @@ TARGET = cs.Target("wei2021", "Figs. 5/8/9 MLP, |D_i| = 800, T = 200, no noise (
                    "prints no value; target 0.95)", "test_accuracy", 0.95)
 GRID = {"client.lr": [0.5, 1.0, 2.0, 4.0]}
 PROBE = 2000  # training images the gradient norms are measured on
+CHUNK = 250  # of them per per-example-gradient batch (memory)
 
 
 def base_config(rounds: int):
@@ -60,13 +74,12 @@ def base_config(rounds: int):
   return cfg
 
 
-def median_grad_norms(cfg, sweep_dir) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-  """Median per-example gradient L2 norm (unclipped, cross-entropy) on :data:`PROBE`
-  training images, at the initial model and at each point's final model; and the norms
-  themselves by model name."""
+def probe_norms(cfg):
+  """The initial model and a jitted ``params -> [PROBE]`` per-example gradient L2 norms
+  (unclipped, cross-entropy) on :data:`PROBE` training images (drawn once, seed 0),
+  computed in chunks of :data:`CHUNK` so the per-example gradients stay small."""
   import jax
   import jax.numpy as jnp
-  from flax import serialization
 
   from fedjax_dp.data import load_dataset
   from fedjax_dp.models import get_model
@@ -80,13 +93,25 @@ def median_grad_norms(cfg, sweep_dir) -> tuple[pd.DataFrame, dict[str, np.ndarra
   def loss(p, xi, yi):
     return model.per_example_loss(model.apply(p, xi[None]), yi[None])[0]
 
-  @jax.jit
-  def norms(p):
-    g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(p, x, y)
-    return jnp.sqrt(sum(jnp.sum(jnp.square(l.reshape(PROBE, -1)), 1)
+  def chunk_norms(p, xy):
+    g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(p, *xy)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(l.reshape(CHUNK, -1)), 1)
                         for l in jax.tree_util.tree_leaves(g)))
 
-  init = model.init(jax.random.PRNGKey(cfg.seed))
+  @jax.jit
+  def norms(p):
+    xy = (x.reshape(-1, CHUNK, *x.shape[1:]), y.reshape(-1, CHUNK))
+    return jax.lax.map(lambda c: chunk_norms(p, c), xy).reshape(-1)
+
+  return model.init(jax.random.PRNGKey(cfg.seed)), norms
+
+
+def median_grad_norms(cfg, sweep_dir) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+  """Median per-example gradient L2 norm on :data:`PROBE` training images at the
+  initial model and at each point's final model (``--norms ends``); and the norms
+  themselves by model name."""
+  from flax import serialization
+  init, norms = probe_norms(cfg)
   found = {"initial": np.asarray(norms(init))}
   for point in sorted((sweep_dir / "points").iterdir()):
     path = point / "model.msgpack"
@@ -97,44 +122,134 @@ def median_grad_norms(cfg, sweep_dir) -> tuple[pd.DataFrame, dict[str, np.ndarra
   return out, found
 
 
+@contextlib.contextmanager
+def each_round_model(callback):
+  """Within this context ``callback(loop, params)`` sees every run's model after each
+  round it checkpoints (``checkpoint.every = 1``: after rounds 1 .. T-1; the last
+  round's model is the final one, at which no gradient is computed).
+
+  The engine exposes no per-round hook (a run keeps only its final model), so this
+  wraps :meth:`fedjax_dp.host.run_loop.RunLoop.save_checkpoint` for the pilot only;
+  the training itself is untouched (the pilot has no noise).
+  """
+  from fedjax_dp.host import run_loop
+  original = run_loop.RunLoop.save_checkpoint
+
+  def save_checkpoint(loop, params, wall):
+    callback(loop, params)
+    original(loop, params, wall)
+
+  run_loop.RunLoop.save_checkpoint = save_checkpoint
+  try:
+    yield
+  finally:
+    run_loop.RunLoop.save_checkpoint = original
+
+
+def round_grad_norms(cfg, grid, sweep_dir: Path, norms_dir: Path
+                     ) -> tuple[pd.DataFrame, dict[str, np.ndarray], pd.DataFrame]:
+  """Runs the unclipped pilot with the per-example gradient norms on :data:`PROBE`
+  images at every model a round computes its gradients at (``--norms rounds``).
+
+  Each model's norms are saved as ``norms_dir/lr=<eta>/<round>.npy`` as they come (a
+  resumed pilot continues from its checkpoint and keeps the files of the rounds
+  before it), so the pooled median covers every round 0 .. T-1 however often the
+  pilot was interrupted.
+
+  Returns:
+    (the pilot's sweep rows, ``{point name: the norms pooled over its rounds}``
+    with ``'initial'`` the initial model's, one row per point and round: median and
+    quartiles).
+  """
+  init, norms = probe_norms(cfg)
+  initial = np.asarray(norms(init))
+
+  def save(loop, params):
+    path = norms_dir / f"lr={float(loop.cfg.client.lr):g}" / f"{int(loop.t):04d}.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.asarray(norms(params)))
+
+  cfg = cfg.copy_and_resolve_references()
+  cfg.checkpoint.every = 1
+  with each_round_model(save):
+    rows = pd.DataFrame(common.repro.run_sweep(cfg, grid, str(sweep_dir)))
+  found, table = {"initial": initial}, []
+  for point, lr in rows.drop_duplicates("point")[["point", "client.lr"]].itertuples(
+      index=False):
+    last = int(rows.loc[rows["point"] == point, "round"].max())
+    per_round = [initial]
+    for t in range(1, last):
+      path = norms_dir / f"lr={float(lr):g}" / f"{t:04d}.npy"
+      if not path.is_file():
+        raise FileNotFoundError(f"{path}: the pilot's norms after round {t} are missing "
+                                f"(remove {sweep_dir} and {norms_dir} to run it again)")
+      per_round.append(np.load(path))
+    found[point] = np.concatenate(per_round)
+    for t, v in enumerate(per_round):
+      q25, q50, q75 = np.quantile(v, [0.25, 0.5, 0.75])
+      table.append({"point": point, "client.lr": lr, "round": t, "median_grad_l2": q50,
+                    "q25_grad_l2": q25, "q75_grad_l2": q75})
+  return rows, found, pd.DataFrame(table)
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--lrs", default=",".join(map(str, GRID["client.lr"])))
+  ap.add_argument("--lrs", default=",".join(map(str, GRID["client.lr"])),
+                  help="the pilot's eta grid (and the calibration's, without --cal-lrs)")
+  ap.add_argument("--cal-lrs", default=None, help="the clipped calibration's eta grid")
+  ap.add_argument("--norms", choices=["ends", "rounds"], default="ends",
+                  help="where the median rule reads the norms: the initial and final "
+                  "models (the first design) or every round's model (the rule as written)")
+  ap.add_argument("--tag", default="", help="suffix of the output names")
   ap.add_argument("--rounds", type=int, default=200,
                   help="T (the paper's 200; fewer only for a quick check)")
   args = ap.parse_args(argv)
   start = time.time()
   pd.set_option("display.width", 200)
   grid = {"client.lr": [float(v) for v in args.lrs.split(",")]}
+  cal_grid = {"client.lr": [float(v) for v in (args.cal_lrs or args.lrs).split(",")]}
+  name = f"baseline_calibration{args.tag}"
   # 1. The pilot: no noise, no clipping.
   pilot_cfg = base_config(args.rounds)
   pilot_cfg.client.clip_mode = "none"
-  pilot_dir = common.RUNS / f"calibration_pilot_T{args.rounds}"
-  pilot = cs.calibration_table(pd.DataFrame(common.repro.run_sweep(pilot_cfg, grid,
-                                                                   str(pilot_dir))),
-                               grid, TARGET)
+  if args.norms == "ends":
+    pilot_dir = common.RUNS / f"calibration_pilot_T{args.rounds}"
+    rows = pd.DataFrame(common.repro.run_sweep(pilot_cfg, grid, str(pilot_dir)))
+  else:
+    pilot_dir = common.RUNS / f"calibration_pilot_rounds_T{args.rounds}"
+    rows, found, per_round = round_grad_norms(pilot_cfg, grid, pilot_dir,
+                                              common.RUNS / f"{pilot_dir.name}_norms")
+    common.write(per_round, f"{name}_grad_norms_per_round")
+  pilot = cs.calibration_table(rows, grid, TARGET)
   print(pilot.to_string(index=False), flush=True)
-  norms, found = median_grad_norms(pilot_cfg, pilot_dir)
+  if args.norms == "ends":
+    norms, found = median_grad_norms(pilot_cfg, pilot_dir)
+  else:
+    norms = pd.DataFrame({"model": list(found), "median_grad_l2": [
+        float(np.median(v)) for v in found.values()]})
   points = [k for k in found if k != "initial"]  # grid order, as the pilot's rows
   best = points[int(np.argmax(pilot["ours"].to_numpy()))]
-  clip = float(np.median(np.concatenate([found["initial"], found[best]])))
+  pooled = found[best] if args.norms == "rounds" else np.concatenate(
+      [found["initial"], found[best]])
+  clip = float(np.median(pooled))
   norms["pilot_test_accuracy"] = [np.nan, *pilot["ours"].to_numpy()]
   norms["pilot_setting"] = ["", *pilot["setting"]]
   norms["rule_C"] = clip
-  common.write(norms, "baseline_calibration_grad_norms")
-  print(norms.to_string(index=False), f"\nC by the median rule: {clip:.4g} (pilot {best})",
-        flush=True)
+  common.write(norms, f"{name}_grad_norms")
+  print(norms.to_string(index=False), f"\nC by the median rule ({args.norms}): {clip:.4g} "
+        f"(pilot {best})", flush=True)
   # 2. The calibration: the eta grid clipped at the rule's C.
   cfg = base_config(args.rounds)
   cfg.client.clip = round(clip, 3)
   out = common.RUNS / f"calibration_paper_T{args.rounds}_C{cfg.client.clip:g}"
-  table, rows = cs.calibrate(cfg, grid, TARGET, out)
+  table, rows = cs.calibrate(cfg, cal_grid, TARGET, out)
   table["setting"] = table["setting"] + f" client.clip={cfg.client.clip:g}"
-  cs.write_calibration(common.RESULTS, table, rows, grid, TARGET,
-                       png="baseline_calibration_mlp")
+  cs.write_calibration(common.RESULTS, table, rows, cal_grid, TARGET,
+                       png=f"{name}_mlp", name=name)
   print(table.to_string(index=False), flush=True)
-  common.save_meta("baseline_calibration", start, grid=grid, rounds=args.rounds,
-                   probe_images=PROBE, rule_C=cfg.client.clip, pilot_best=best)
+  common.save_meta(name, start, grid=grid, cal_grid=cal_grid, norms=args.norms,
+                   rounds=args.rounds, probe_images=PROBE, rule_C=cfg.client.clip,
+                   pilot_best=best)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,42 @@ def mlp_config(regime: str = "noise", q: float = 1.0, rounds: int = 200):
   return cfg
 
 
+def add_setting_args(ap) -> None:
+  """``--regime``, ``--lr``, ``--clip`` and ``--tag``: which MNIST MLP setting a figure
+  runs (:func:`setting_config`) and the suffix of its output names."""
+  ap.add_argument("--regime", choices=sorted(SAMPLES), default="noise",
+                  help="|D_i|: paper 800, noise 100, strong 25 (module docstring)")
+  ap.add_argument("--lr", type=float, default=None,
+                  help="eta (default: the config's 0.5; calibrate.py's choice for a re-run)")
+  ap.add_argument("--clip", type=float, default=None,
+                  help="C (default: the config's 1; calibrate.py's median rule for a re-run)")
+  ap.add_argument("--tag", default="", help="suffix of the output names")
+
+
+def setting_config(args, q: float = 1.0, rounds: int = 200):
+  """:func:`mlp_config` of ``args.regime`` with ``args.lr`` and ``args.clip`` where given."""
+  cfg = mlp_config(args.regime, q, rounds)
+  if args.lr is not None:
+    cfg.client.lr = args.lr
+  if args.clip is not None:
+    cfg.client.clip = args.clip
+  return cfg
+
+
+def setting_name(base: str, args) -> str:
+  """``base`` for the noise regime at the config's eta and C without a tag (the names
+  of the first results), else ``<base>_<regime><tag>``."""
+  default = args.regime == "noise" and args.lr is None and args.clip is None
+  return base if default and not args.tag else f"{base}_{args.regime}{args.tag}"
+
+
+def setting_meta(cfg) -> dict:
+  """What a meta.json records of the setting a figure ran."""
+  return dict(samples_per_client=cfg.data.samples_per_client,
+              clients_per_round=cfg.server.clients_per_round, lr=cfg.client.lr,
+              clip=cfg.client.clip, rounds=cfg.rounds)
+
+
 def method_sets(method: str) -> list[str]:
   """Overrides that make a method run: CRD watches the test loss every round."""
   return ["eval.every=1"] if method == "crd" else []

@@ -40,27 +40,18 @@ import pandas as pd
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--q", type=float, default=1.0, help="K / U (1 or 0.6)")
-  ap.add_argument("--regime", choices=sorted(common.SAMPLES), default="noise")
   ap.add_argument("--seeds", type=int, default=3)
   ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in common.EPSILONS))
   ap.add_argument("--methods", default=",".join(common.METHODS))
   ap.add_argument("--rounds", type=int, default=200, help="T of UDP, T0 of CRD and Lei")
   ap.add_argument("--t-grid", default=",".join(map(str, common.T_GRID)),
                   help="T values of the optimal-UDP search (and the loss-vs-T curve)")
-  ap.add_argument("--tag", default="", help="suffix of the output names")
-  ap.add_argument("--lr", type=float, default=None,
-                  help="eta (default: the config's 0.5; calibrate.py's choice for a re-run)")
-  ap.add_argument("--clip", type=float, default=None,
-                  help="C (default: the config's 1; calibrate.py's median rule for a re-run)")
+  common.add_setting_args(ap)
   args = ap.parse_args(argv)
   start = time.time()
   tag = f"{args.regime}_q{args.q:g}{args.tag}"
-  cfg = common.mlp_config(args.regime, args.q, args.rounds)
+  cfg = common.setting_config(args, args.q, args.rounds)
   cfg.schedule.t_grid = tuple(int(t) for t in args.t_grid.split(","))
-  if args.lr is not None:
-    cfg.client.lr = args.lr
-  if args.clip is not None:
-    cfg.client.clip = args.clip
   cfg.name = f"wei_compare_{tag}"
   eps = [float(e) for e in args.epsilons.split(",")]
   methods = args.methods.split(",")
@@ -133,9 +124,7 @@ def main(argv=None):
   if sorted(methods) != sorted(common.METHODS):
     reduced.append(f"methods {args.methods} instead of {','.join(common.METHODS)}")
   common.save_meta(f"compare_{tag}", start, points=int(df["point"].nunique()),
-                   setting=dict(samples_per_client=cfg.data.samples_per_client,
-                                clients_per_round=cfg.server.clients_per_round,
-                                lr=cfg.client.lr, clip=cfg.client.clip, rounds=args.rounds),
+                   setting=common.setting_meta(cfg),
                    reduced=reduced or None)
 
 

@@ -8,7 +8,8 @@ MNIST MLP, K = U = 50, T = T0 = 200, beta = 0.9, epsilon in {4, 8, 12, 16, 20}.
 * ``--setting unbalanced`` (Fig. 13): five groups of 10 clients with 50, 75, 100,
   125 and 150 samples: the paper's 400/600/800/1000/1200 divided by 8, as in the
   noise regime (``data.partition = unbalanced``). ``--regime paper`` uses the
-  paper's sizes.
+  paper's sizes (800 per client non-IID; 400-1200 unbalanced), with ``--lr`` and
+  ``--clip`` the calibrated eta and C.
 
 The paper compares against original UDP and Lei; optimal UDP is left out here
 (``--methods`` adds it). Writes ``results/fig12_noniid_<regime>.{csv,png}`` or
@@ -16,6 +17,8 @@ The paper compares against original UDP and Lei; optimal UDP is left out here
 
   python experiments/wei2021/fig12_13_noniid_unbalanced.py --setting noniid
   python experiments/wei2021/fig12_13_noniid_unbalanced.py --setting unbalanced
+  python experiments/wei2021/fig12_13_noniid_unbalanced.py --setting noniid --regime paper \
+      --lr 2 --clip 0.5 --tag _cal                   # the paper's sizes at a calibrated setting
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ import common
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--setting", choices=["noniid", "unbalanced"], required=True)
-  ap.add_argument("--regime", choices=sorted(common.SAMPLES), default="noise")
   ap.add_argument("--seeds", type=int, default=3)
   ap.add_argument("--epsilons", default=",".join(f"{e:g}" for e in common.EPSILONS))
   ap.add_argument("--methods", default="constant,crd,linear_decay")
+  common.add_setting_args(ap)
   args = ap.parse_args(argv)
   start = time.time()
-  cfg = common.mlp_config(args.regime, 1.0)
+  cfg = common.setting_config(args)
   if args.setting == "noniid":
     cfg.data.partition = "k_classes"
     cfg.data.classes_per_client = 4
@@ -45,7 +48,7 @@ def main(argv=None):
     cfg.data.partition = "unbalanced"
     cfg.data.group_sizes = tuple(int(s * scale) for s in (400, 600, 800, 1000, 1200))
     fig_no = 13
-  name = f"fig{fig_no}_{args.setting}_{args.regime}"
+  name = f"fig{fig_no}_{args.setting}_{args.regime}{args.tag}"
   cfg.name = f"wei_{name}"
   methods = args.methods.split(",")
   eps = [float(e) for e in args.epsilons.split(",")]
@@ -64,7 +67,7 @@ def main(argv=None):
                 xlabel="privacy level epsilon_p (claimed)", label=common.LABELS.get,
                 extra=lambda axes: axes[1].plot(eps, eps, "k:", label="claimed = target"))
   print(table.to_string())
-  common.save_meta(name, start)
+  common.save_meta(name, start, setting=common.setting_meta(cfg))
 
 
 if __name__ == "__main__":

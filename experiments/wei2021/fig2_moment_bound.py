@@ -31,6 +31,7 @@ import csv
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -159,10 +160,17 @@ def _plot(path: Path, curves: dict) -> None:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+  parser.add_argument("--out", default=os.environ.get(
+      "WEI2021_RESULTS", str(Path(__file__).resolve().parent / "results")))
   parser.add_argument("--no-plot", action="store_true")
   args = parser.parse_args(argv)
+  start = time.time()
   s = run(Path(args.out), make_plot=not args.no_plot)
+  from fedjax_dp import reproduction as repro  # pylint: disable=import-outside-toplevel
+  repro.run_commit()
+  repro.note_outputs("fig2_moment_bound.csv", "fig2_validity.csv")
+  repro.save_meta(Path(args.out), "fig2_moment_bound", start, eta_C=s["eta_C"],
+                  sigma=s["sigma"])
   print(f"eta*C = {s['eta_C']:.3f} (assumed), sigma = {s['sigma']}")
   for name, p in s["panels"].items():
     cells = ", ".join(f"l={l}: {a:.6g}/{b:.6g}" for l, (a, b) in p["D_real_vs_bound"].items())

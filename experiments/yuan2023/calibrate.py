@@ -22,15 +22,25 @@ Writes ``results/baseline_calibration.csv`` (one block per target) with
 ``--controls`` runs the chosen CNN setting with the paper's equal split of 600
 examples per client instead of the committed reduction to 50
 (:func:`fedjax_dp.calibration_sweep.run_control`) -> ``results/baseline_control.csv``.
-From the repository root::
+
+``--cnn-sgd`` extends the CNN calibration to minibatch SGD (issue 49): the CNN is
+"trained using SGD" with no batch size given (spec 7.3 item 2), and tau = 5 is stated
+as the local iterations of Algorithm 1's full-batch GD, so with minibatches tau may
+count steps or epochs. At the chosen bound (``update_l2``) it sweeps the batch size
+B in :data:`CNN_BATCHES` and eta in :data:`CNN_SGD_LRS`, with tau read as 5 steps
+and as 5 epochs (``client.local_steps = 5 ceil(|D_k| / B)``, fixed per block, not
+tuned) -> ``results/baseline_calibration_cnn_sgd.csv`` (one block per B and
+reading). From the repository root::
 
   nice -n 10 python experiments/yuan2023/calibrate.py --seeds 3
   nice -n 10 python experiments/yuan2023/calibrate.py --controls
+  nice -n 19 python experiments/yuan2023/calibrate.py --cnn-sgd --seeds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import common
@@ -52,6 +62,10 @@ GRIDS = {
     "cnn": {"client.clip_mode": ["param_l2", "update_l2", "none"],
             "client.lr": [0.1, 0.5, 1.0, 2.0]},
 }
+
+
+CNN_BATCHES = (0, 25, 10)  # 0 = full batch (the committed CNN runs)
+CNN_SGD_LRS = (0.1, 0.3, 1.0)
 
 
 def base_config(which: str, samples: int):
@@ -87,6 +101,34 @@ def run_controls(samples: int = 600) -> None:
   print(t.to_string(index=False), flush=True)
 
 
+def run_cnn_sgd(args) -> list[str]:
+  """The CNN at minibatch SGD (module docstring): one calibration block per batch size
+  and reading of tau; returns the blocks' chosen settings."""
+  target, samples, chosen = TARGETS["cnn"], args.cnn_samples, []
+  for reading in ("steps", "epochs"):
+    for b in CNN_BATCHES:
+      if reading == "epochs" and b == 0:
+        continue  # full batch: 5 epochs are the 5 steps
+      steps = common.TAU if reading == "steps" else common.TAU * math.ceil(samples / b)
+      cfg = base_config("cnn", samples)
+      cfg.client.clip_mode = "update_l2"
+      cfg.client.local_steps = steps
+      grid = {"client.batch_size": [b], "client.lr": list(CNN_SGD_LRS)}
+      block = target._replace(figure=f"{target.figure} [SGD: B = {b or 'full'}, tau = "
+                                     f"{common.TAU} local {reading}]")
+      runs = f"calibration_cnn_sgd_n{samples}_b{b}_{reading}_s{args.seeds}"
+      table, rows = cs.calibrate(cfg, grid, block, common.RUNS / runs, seeds=args.seeds)
+      table["setting"] = (table["setting"]
+                          + f" client.clip_mode=update_l2 client.local_steps={steps}")
+      cs.write_calibration(common.RESULTS, table, rows, grid, block,
+                           png=f"baseline_calibration_cnn_sgd_b{b}_{reading}",
+                           name="baseline_calibration_cnn_sgd")
+      print(table.to_string(index=False), flush=True)
+      best = table[table["chosen"]].iloc[0]
+      chosen.append(f"{best['setting']}: {best['ours']:.4f}")
+  return chosen
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--only", choices=list(TARGETS), nargs="*", default=list(TARGETS))
@@ -97,8 +139,17 @@ def main(argv=None):
                        "of stability train in some seeds and not in others)")
   ap.add_argument("--controls", action="store_true",
                   help="run the control at the chosen CNN setting instead")
+  ap.add_argument("--cnn-sgd", action="store_true",
+                  help="the CNN at minibatch SGD: batch size x eta x tau as steps or "
+                       "epochs (module docstring)")
   args = ap.parse_args(argv)
   start = time.time()
+  if args.cnn_sgd:
+    chosen = run_cnn_sgd(args)
+    common.save_meta("baseline_calibration_cnn_sgd", start, samples=args.cnn_samples,
+                     seeds=args.seeds, batches=list(CNN_BATCHES), lrs=list(CNN_SGD_LRS),
+                     chosen=chosen)
+    return
   if args.controls:
     run_controls()
     common.save_meta("baseline_control", start, samples=600)

@@ -23,7 +23,9 @@ import importlib.util
 import math
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -189,6 +191,35 @@ def run_grid(cfg, grid, name, sets=()) -> pd.DataFrame:
   """One sweep (one compiled program per shape) into ``RUNS/name``; all rows."""
   rows = repro.run_sweep(cfg, grid, str(RUNS / name), sets=list(sets))
   return pd.DataFrame(rows)
+
+
+def run_points(cfg, points: Sequence[Mapping[str, Any]], n_seeds: int, name: str
+               ) -> pd.DataFrame:
+  """Runs every point (``{config key: value}`` over ``cfg``) x ``n_seeds`` seeds as ONE
+  batched program (:func:`fedjax_dp.experiment.run_batched`: runs of one shape share
+  a compiled round) under ``RUNS/name/<point>/<seed>`` (finished runs are read back):
+  for points that are no product grid (each M its own eps). Returns the last metrics
+  row of every run with the point's values and its ``seed``."""
+  from fedjax_dp import experiment, sweep
+  todo, dirs, values = [], [], []
+  for i, point in enumerate(points):
+    sets = [f"{k}={v!r}" for k, v in point.items()]
+    for p in sweep.expand(cfg, {"seed": seeds(n_seeds)}, sets):
+      todo.append(p.config)
+      dirs.append(RUNS / name / f"{i:03d}" / p.name)
+      values.append({**point, "seed": int(p.config.seed)})
+  repro.note_configs(todo)
+  results = experiment.run_batched(todo, dirs)
+  return pd.DataFrame([{**r.rows[-1], **v} for v, r in zip(values, results)])
+
+
+def equal_certified_epsilon(theta: float, rounds: int, epsilon: float, samples: int = 600
+                            ) -> float:
+  """The ``privacy.epsilon`` at which eq. (8)'s base amplitude equals the one that
+  CERTIFIES ``epsilon`` (:func:`certified_sigma0`, the paper's Delta_s): eq. (8)'s
+  sigma is proportional to ``1 / epsilon``, so ``epsilon sigma_eq8 / sigma_cert``."""
+  return epsilon * eq8_sigma0(theta, rounds, epsilon, samples) / certified_sigma0(
+      theta, rounds, epsilon, samples)
 
 
 def curve_band(ax, table, x, y, lab, **kw):

@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np
 import pandas as pd
 
+from fedjax_dp import reproduction as repro
 from fedjax_dp.attacks.federated import membership_inference_many
 from fedjax_dp.config import load_config, override
 
@@ -275,6 +276,9 @@ def main():
   out.parent.mkdir(parents=True, exist_ok=True)
   df = pd.DataFrame(rows)
   df.to_csv(out.with_suffix(".csv"), index=False)
+  repro.run_commit()
+  repro.note_outputs(out.with_suffix(".csv").name)
+  repro.save_meta(out.parent, out.name, t, settings=args.settings, num_shadow=args.num_shadow)
   plot(df, out.with_suffix(".png"))
   command = "python experiments/yuan2023/table3_mia.py " + " ".join(sys.argv[1:])
   write_markdown(out.with_suffix(".md"), markdown_table(df, command.strip(), wall))

@@ -31,8 +31,8 @@ import numpy as np
 
 from fedjax_dp import experiment
 from fedjax_dp.attacks import bounds, metrics, mia
+from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data import build_federated_data, load_dataset
-from fedjax_dp.privacy.plan import make_privacy_plan
 
 ATTACKS = ("loss_threshold", "shadow", "reference")
 
@@ -99,7 +99,7 @@ def _shadow_runs(cfg, setup: experiment.Setup, seeds, x, y, data_cache: dict | N
     counts = np.asarray([len(i) for i in clients])
     setups.append(dataclasses.replace(
         setup, config=c, data=data_cache["data", key, n_max],
-        privacy=make_privacy_plan(c, counts, num_params=setup.model.num_params())))
+        privacy=plan_from_config(c, counts, num_params=setup.model.num_params())))
   return cfgs, setups
 
 

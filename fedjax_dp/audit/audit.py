@@ -97,6 +97,7 @@ from fedjax_dp.audit import estimators
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import plan as plan_lib
+from fedjax_dp.privacy.clip_modes import base as clip_base
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
@@ -252,7 +253,7 @@ def quietest_feature(data: FederatedData) -> int:
 
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
                 scale: float, flip_input: bool = True, sparse: bool = False,
-                relation: str = "replace_one") -> FederatedData:
+                relation: str = "replace_one", input_fn=None) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
@@ -262,8 +263,13 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
   the adjacency of Poisson minibatches): ``in`` holds the canary, ``out`` does not
   (its mask is 0); the client's count stays, as the mechanism treats it as public.
 
-  ``sparse``: the canary inputs are ``scale`` times the basis vector of
-  :func:`quietest_feature` instead of scaled data. The first layer's weight gradient
+  ``input_fn``: ``(rows, feature) -> rows``, the canary's input rows before the scale
+  (a clip mode's :attr:`fedjax_dp.privacy.clip_modes.Canary.input`, with ``feature``
+  the :func:`quietest_feature`); default the client's own examples.
+
+  ``sparse`` (:func:`fedjax_dp.privacy.clip_modes.base.sparse_input`): the canary inputs
+  are ``scale`` times the basis vector of :func:`quietest_feature` instead of scaled
+  data. The first layer's weight gradient
   ``x (dL/dz)^T`` is then one row, so for a linear model the two clipped gradients
   differ in ``num_classes`` coordinates only (the bias gradients are equal): the whole
   L1 budget 2 C of the pair lies in a few coordinates, where the Laplace
@@ -280,10 +286,9 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
   if n < 1:
     raise ValueError(f"audit.target: client {target} holds no examples")
   rows = slice(0, 1) if level == "example" else slice(0, n)
-  if sparse:
-    basis = np.zeros(x.shape[2:], x.dtype)
-    basis.flat[quietest_feature(data)] = 1.0
-    x[target, rows] = basis
+  make = clip_base.sparse_input if sparse else input_fn
+  if make is not None:
+    x[target, rows] = make(x[target, rows], quietest_feature(data))
   x[target, rows] *= scale
   x_out, y_out, mask_out = x.copy(), y.copy(), mask.copy()
   if relation == "add_remove":
@@ -471,10 +476,14 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   scale = options.canary_scale
   if scale is None:
     scale = hint.example_scale if level == "example" else 100.0
+  # The mode's own canary input (a geometry's corner), unless the options ask otherwise.
+  own = None if options.sparse_canary is not None or hint.sparse else hint.input
+  flip = hint.flip_input or relation == "add_remove"
   pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
-                     float(scale), sparse=bool(sparse), relation=relation)
-  if params is None or setup.model.is_regression:
-    return pair
+                     float(scale), flip_input=flip, sparse=bool(sparse), relation=relation,
+                     input_fn=own)
+  if params is None or setup.model.is_regression or not flip:
+    return pair  # (a label-flip canary keeps its two labels)
   rows = 1 if level == "example" else int(setup.data.counts[options.target])
   label = jnp.argmax(setup.model.apply(params, pair.x[1, options.target, :rows]), -1)
   return pair._replace(y=pair.y.at[:, options.target, :rows].set(label.astype(pair.y.dtype)))

@@ -5,8 +5,9 @@ distribution, minibatch sampling, selection rule, server clip rule, validation
 release), each axis read from the registry that defines it, so a new clip mode,
 placement, rule or schedule validation is enumerated (and audited) without editing
 this file. A combination is accepted when :func:`fedjax_dp.config.validate`,
-:func:`fedjax_dp.privacy.plan.make_privacy_plan` and
-:func:`fedjax_dp.privacy.plan.check_validation` all accept it; the refused ones are
+:func:`fedjax_dp.privacy.plan.make_privacy_plan` (with the config's typed inputs,
+:mod:`fedjax_dp.config.privacy_inputs`) and
+:func:`fedjax_dp.privacy.validation.check_validation` all accept it; the refused ones are
 the combinations the plan cannot bound, which no run can configure.
 
 Some axis values need companion settings to be configurable at all (:data:`COMPANIONS`:
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import privacy_inputs
 from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import mechanisms as mechanisms_lib
 from fedjax_dp.privacy import plan as plan_lib
@@ -107,8 +109,8 @@ def accepted(base, mechanism: dict[str, str], num_params: int = 650, *,
   counts = np.full(int(cfg.data.num_clients), int(cfg.data.samples_per_client))
   try:
     config_lib.validate(cfg)
-    plan = plan_lib.make_privacy_plan(cfg, counts, num_params=num_params)
-    plan_lib.check_validation(cfg, plan)
+    inputs = privacy_inputs.from_config(cfg, counts, num_params)
+    plan_lib.check_validation(inputs, plan_lib.make_privacy_plan(inputs))
   except ValueError:  # ConfigError is a ValueError
     return False
   return True

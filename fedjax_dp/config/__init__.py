@@ -70,6 +70,10 @@ def base_config() -> ConfigDict:
   # the same command resumes from it (fedjax_dp.host.checkpoint).
   c.checkpoint.every = 10
   c.progress = True
+  # Compiled programs kept on disk between processes (fedjax_dp.compile_cache): 'auto'
+  # (a directory configured in JAX, else the user's cache directory) | 'off' | a path.
+  # Changes no result; `fedjax-dp` reads FEDJAX_DP_COMPILATION_CACHE into it.
+  c.compilation_cache = "auto"
   return c
 
 
@@ -595,7 +599,8 @@ FIELD_RULES: dict[str, Rule] = {
                                                        "MECHANISMS")),
     "privacy.placement": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",
                                                        "PLACEMENTS")),
-    "privacy.formula": Rule("str", choices=_registry("fedjax_dp.privacy.plan", "FORMULAS")),
+    "privacy.formula": Rule("str", choices=_registry("fedjax_dp.privacy.formulas.registry",
+                                                     "FORMULAS")),
     "privacy.noise_multiplier": Rule("float", 0.0),
     "privacy.client_epsilons": Rule("floats", 0.0, open_low=True, inf=True),
     "privacy.enforce_budget": Rule("bool"),
@@ -626,6 +631,7 @@ FIELD_RULES: dict[str, Rule] = {
     "eval.batch_size": Rule("int", 1, _I32),
     "checkpoint.every": Rule("int", 0, _I32),
     "progress": Rule("bool"),
+    "compilation_cache": Rule("str"),
 }
 
 
@@ -707,20 +713,23 @@ def _check_data_source(cfg: ConfigDict) -> None:
                       "lending_club or femnist) for the files there, or unset data.dir")
 
 
-# The mechanisms that validate their own fields (each module's ``check_config(cfg)``,
-# raising a ConfigError naming the field): the schedule, the selection rule and the
+# The mechanisms that validate their own fields (each module's ``check_config(inputs)``,
+# raising a ConfigError naming the field): the selection rule, the schedule and the
 # clip mode the config picks. They sit below this module (docs/architecture.md: the
 # config floor is above the round, the mechanisms, the models and the data, whose
-# registries FIELD_RULES read too); like those registries they are looked up by name
-# when a config is validated, so that loading a config imports no JAX.
+# registries FIELD_RULES read too) and read the config's typed privacy inputs, which
+# PRIVACY_INPUTS builds (fedjax_dp.config.privacy_inputs: from_config, check_owners);
+# like those registries it is imported when a config is validated, so that loading a
+# config imports no JAX.
+PRIVACY_INPUTS = "fedjax_dp.config.privacy_inputs"
 SELECTION_CHECKS = "fedjax_dp.privacy.selection"
 OWNER_CHECKS = ("fedjax_dp.privacy.schedules", "fedjax_dp.privacy.clip_modes")
 
 
 def _check_owners(cfg: ConfigDict) -> None:
-  """The picked selection rule's, schedule's and clip mode's own checks, in that order."""
-  for module in (SELECTION_CHECKS, *OWNER_CHECKS):
-    importlib.import_module(module).check_config(cfg)
+  """The picked selection rule's, schedule's and clip mode's own checks, in that order,
+  on the config's :class:`fedjax_dp.privacy.inputs.PrivacyInputs`."""
+  importlib.import_module(PRIVACY_INPUTS).check_owners(cfg)
 
 
 def _check_targets(cfg: ConfigDict) -> None:
@@ -837,9 +846,10 @@ READERS = (
     Readers("server.selection", "fedjax_dp.privacy.selection", _entries_read("RULES")),
     Readers("schedule.name", "fedjax_dp.privacy.schedules", _schedules_read),
     Readers("privacy.mechanism", "fedjax_dp.privacy.mechanisms", _mechanisms_read),
-    Readers("privacy.formula", "fedjax_dp.privacy.plan", _entries_read("FORMULAS")),
+    Readers("privacy.formula", "fedjax_dp.privacy.formulas.registry",
+            _entries_read("FORMULAS")),
     Readers("client.clip_mode", "fedjax_dp.privacy.clip_modes", _entries_read("CLIP_MODES")),
-    Readers("server.clip_rule", "fedjax_dp.training.rounds", lambda m: m.CLIP_RULE_READS),
+    Readers("server.clip_rule", "fedjax_dp.privacy.adaptive_clip", _entries_read("CLIP_RULES")),
     Readers("data.partition", "fedjax_dp.data.partition", lambda m: m.PARTITION_READS),
 )
 

@@ -3,10 +3,12 @@
 Two releases that draw the same noise at different scales give away the noiseless
 aggregate: ``w_a = m + s_a n`` and ``w_b = m + s_b n`` solve for ``m``. So the noise
 (and minibatch) stream of a run is derived from its identity, a hash of its
-resolved config (:func:`stream`): runs whose configs differ in anything that can
-change their release draw independent noise, and the same config draws the same
-noise again, so a resumed run, a sweep point re-run alone and a lane of a batched
-sweep all reproduce the single run bit for bit.
+resolved config and of the content of the data it loaded (:func:`stream`; the data's
+fingerprint, :mod:`fedjax_dp.data.fingerprint`): runs whose configs differ in anything
+that can change their release, or that read different data under the same config
+(files changed at the same path), draw independent noise, and the same config on the
+same data draws the same noise again, so a resumed run, a sweep point re-run alone and
+a lane of a batched sweep all reproduce the single run bit for bit.
 
 The fields in :data:`EXCLUDED_FIELDS` are left out of the hash because they cannot
 change what is released (a label, display, when state is saved, how the same
@@ -51,10 +53,11 @@ from fedjax_dp.files import results
 # is written (a resume is bit-exact), and how the same round is laid out: client
 # chunks (keys are per client id), the convolution lowering, the per-example
 # gradient chunk and the evaluation batch change only the float summation order;
-# where the client data live (data.placement) changes nothing.
+# where the client data live (data.placement) and where compiled programs are kept
+# (compilation_cache) change nothing.
 EXCLUDED_FIELDS = ("name", "progress", "checkpoint.every", "server.client_chunk",
                    "server.conv_impl", "client.chunk_size", "eval.batch_size",
-                   "data.placement")
+                   "data.placement", "compilation_cache")
 OS = "os"
 # The top bit of the first word marks a hashed identity, so it never equals a
 # common-random-numbers stream ``(0, noise_stream)``.
@@ -73,11 +76,18 @@ def identity(cfg) -> dict[str, Any]:
   return _release_fields(cfg.to_dict())
 
 
-def stream(cfg) -> np.ndarray:
+def stream(cfg, data_fingerprint: str | None = None) -> np.ndarray:
   """``uint32 [2]``: the run's noise stream (:attr:`engine.RoundArgs.stream`).
 
-  64 bits of SHA-256 of :func:`identity` (two configs collide with probability
-  2^-63), or ``(0, privacy.noise_stream)`` with ``privacy.common_random_numbers``.
+  64 bits of SHA-256 of :func:`identity` and ``data_fingerprint`` (the content of the
+  data the run loaded, :func:`fedjax_dp.data.fingerprint.dataset_fingerprint`; two
+  releases collide with probability 2^-63), or ``(0, privacy.noise_stream)`` with
+  ``privacy.common_random_numbers`` (shared on purpose, whatever the data).
+
+  Args:
+    cfg: the run's resolved config.
+    data_fingerprint: the data's content fingerprint; every run passes it (None only
+      for callers that have no data, such as a test of the config part alone).
 
   Raises:
     config.ConfigError: ``privacy.noise_seed='os'`` not yet drawn (:func:`resolve`).
@@ -88,7 +98,10 @@ def stream(cfg) -> np.ndarray:
                                  "(noise_identity.resolve; experiment.run does it)")
   if cfg.privacy.get("common_random_numbers", False):
     return np.array([0, int(cfg.privacy.noise_stream)], np.uint32)
-  text = json.dumps(identity(cfg), sort_keys=True, separators=(",", ":"))
+  blob: dict[str, Any] = {"config": identity(cfg)}
+  if data_fingerprint is not None:
+    blob["data"] = str(data_fingerprint)
+  text = json.dumps(blob, sort_keys=True, separators=(",", ":"))
   words = np.frombuffer(hashlib.sha256(text.encode()).digest()[:8], ">u4").astype(np.uint32)
   words[0] |= _HASHED
   return words

@@ -23,10 +23,11 @@ from typing import Any
 
 from fedjax_dp import config as config_lib
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Fields added to base_config() after schema version 1: {dotted key: the version that
 # added it}. Each has a default that reproduces the behaviour of the runs before it.
-ADDED_FIELDS: dict[str, int] = {"data.placement": 2, "privacy.bands": 2, "privacy.tree_restart": 2}
+ADDED_FIELDS: dict[str, int] = {"data.placement": 2, "privacy.bands": 2, "privacy.tree_restart": 2,
+                                "compilation_cache": 3}
 
 
 def stamped(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -130,8 +130,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *,
       :data:`EXPECTED_FILES`). When given, it is used and tensorflow-datasets is not
       tried. Ignored for ``digits``, which is embedded.
     cache: keep the two most recently loaded base datasets in memory, so loading MNIST
-      twice in a process is cheap. Cached arrays are read-only; the cache does not
-      notice files changing on disk (see :func:`clear_cache`).
+      twice in a process is cheap. Cached arrays are read-only; a file of ``data_dir``
+      that changed on disk (size or modification time) is read again.
 
   Returns:
     A :class:`Dataset` with float32 images in ``[0, 1]`` and int32 labels.
@@ -145,8 +145,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *,
   resolved = None if data_dir is None else os.path.abspath(os.fspath(data_dir))
   if base == "digits":
     resolved = None  # embedded; a data.dir set for other datasets must not matter here
-  loader = _load_base_cached if cache else _load_base
-  ds = loader(base, resolved)
+  ds = (_load_base_cached(base, resolved, _dir_stamp(resolved)) if cache
+        else _load_base(base, resolved))
   if positive is None:
     return ds
   return binary_labels(ds, positive, negative, name=name)
@@ -243,8 +243,26 @@ def _load_base(name: str, data_dir: str | None) -> Dataset:
   return _load_tfds(name)
 
 
+def _dir_stamp(data_dir: str | None) -> tuple | None:
+  """``(relative path, size, mtime_ns)`` of every file under ``data_dir``: the cache
+  key part that makes a changed file be read again (None: no directory)."""
+  if data_dir is None or not os.path.isdir(data_dir):
+    return None
+  stamp = []
+  for root, _, files in os.walk(data_dir):
+    for f in files:
+      try:
+        st = os.stat(os.path.join(root, f))
+      except OSError:
+        continue
+      stamp.append((os.path.relpath(os.path.join(root, f), data_dir), st.st_size,
+                    st.st_mtime_ns))
+  return tuple(sorted(stamp))
+
+
 @functools.lru_cache(maxsize=2)  # CIFAR-10 as float32 is ~740 MB: keep the cache small
-def _load_base_cached(name: str, data_dir: str | None) -> Dataset:
+def _load_base_cached(name: str, data_dir: str | None, stamp: tuple | None) -> Dataset:
+  del stamp  # part of the cache key only
   ds = _load_base(name, data_dir)
   for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.train_groups):
     if a is not None:
@@ -273,20 +291,37 @@ def _load_digits() -> Dataset:
   """scikit-learn's digits: 8x8 grey images with 17 intensity levels (0..16).
 
   A fixed, seeded, stratified 80/20 split (1437 train / 360 test), so every run and
-  every machine sees the same split.
+  every machine sees the same split: ``train_test_split(..., test_size=0.2,
+  stratify=y, random_state=0)``'s, stored in :mod:`fedjax_dp.data.digits_split`. The
+  images are read from the file scikit-learn ships (``sklearn/datasets/data/
+  digits.csv.gz``) as its ``load_digits`` reads it, without importing scikit-learn,
+  which takes seconds on a CPU (the quickstart's time to its first round).
   """
-  from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
-  from sklearn.model_selection import train_test_split  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.data import digits_split  # pylint: disable=import-outside-toplevel
 
-  bunch = load_digits()
-  x = (bunch.images / 16.0).astype(np.float32)[..., None]  # [1797, 8, 8, 1] in [0, 1]
-  y = bunch.target.astype(np.int32)
-  x_train, x_test, y_train, y_test = train_test_split(
-      x, y, test_size=0.2, stratify=y, random_state=0)
-  import sklearn  # pylint: disable=import-outside-toplevel
-  return Dataset(x_train, y_train, x_test, y_test, 10, "digits",
-                 source={"kind": "embedded",
-                         "what": f"scikit-learn {sklearn.__version__} load_digits()"})
+  data, version = _digits_file()
+  x = (data[:, :-1].reshape(-1, 8, 8) / 16.0).astype(np.float32)[..., None]  # [1797, 8, 8, 1]
+  y = data[:, -1].astype(int).astype(np.int32)
+  train, test = digits_split.split()
+  return Dataset(x[train], y[train], x[test], y[test], 10, "digits",
+                 source={"kind": "embedded", "what": f"scikit-learn {version} load_digits()"})
+
+
+def _digits_file() -> tuple[np.ndarray, str]:
+  """scikit-learn's ``digits.csv.gz`` as ``load_digits`` parses it (float64 ``[1797, 65]``:
+  64 pixels, then the label) and scikit-learn's version, found without importing it."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  from importlib import metadata  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("sklearn")
+  path = None if spec is None or not spec.origin else os.path.join(
+      os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz")
+  if path is None or not os.path.isfile(path):  # another layout: scikit-learn's own loader
+    from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+    import sklearn  # pylint: disable=import-outside-toplevel
+    bunch = load_digits()
+    return np.column_stack([bunch.data, bunch.target]), sklearn.__version__
+  with gzip.open(path, "rt") as f:
+    return np.loadtxt(f, delimiter=","), metadata.version("scikit-learn")
 
 
 # ----------------------------------------------------------------------------- local files

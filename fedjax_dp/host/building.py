@@ -17,8 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import compile_cache
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
+from fedjax_dp.data.fingerprint import dataset_fingerprint
 from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.host import overflow
 from fedjax_dp.models import get_model
@@ -49,6 +52,8 @@ class Setup:
   k_slots: int
   selection_weights: np.ndarray | None = None  # [U] SelectionRule.weights, if the rule has
   data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
+  # The content of the data loaded (fedjax_dp.data.fingerprint): part of the noise identity.
+  data_fingerprint: str | None = None
 
 
 def data_key(cfg) -> str:
@@ -60,9 +65,10 @@ def data_key(cfg) -> str:
 def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
   """The static :class:`fedjax_dp.training.rounds.RoundConfig` of a config's round,
   with the privacy plan's parts (the expected fraction, the correlated strategy)."""
-  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  inputs = privacy_inputs.from_config(cfg)
+  fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   return rounds.round_config(cfg, client_chunk=client_chunk, expected_fraction=fraction,
-                             correlated_noise=correlated_strategy(cfg))
+                             correlated_noise=correlated_strategy(inputs))
 
 
 def build(cfg, *, cache: dict | None = None) -> Setup:
@@ -75,6 +81,9 @@ def build(cfg, *, cache: dict | None = None) -> Setup:
       same dataset share the test set.
   """
   config_lib.validate(cfg)
+  # Before anything compiles (the chunk probe below, the round): a second run of the
+  # same shapes loads its programs from disk.
+  compile_cache.use(cfg.get("compilation_cache", compile_cache.AUTO))
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():
@@ -93,7 +102,7 @@ def _build(cfg, cache: dict | None) -> Setup:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   cache = {} if cache is None else cache
-  ds, clients, data, x_test, y_test = _data(cfg, cache)
+  ds, clients, data, x_test, y_test, fingerprint = _data(cfg, cache)
   regression = ds.is_regression
   model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
   num_params = model.num_params()
@@ -107,36 +116,39 @@ def _build(cfg, cache: dict | None) -> Setup:
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
     raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
                                  f"partition has {u} clients (give one per client)")
+  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params)
   k_slots = selection_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
                                       cfg.server.q)
   weights = None
   rule = selection_lib.get_rule(cfg.server.selection)
   if rule.weights is not None:  # side information of the rule, from the partition (once)
     try:
-      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, cfg.server)
+      weights = rule.weights(np.asarray(ds.y_train), clients, ds.num_classes, inputs.server)
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
-  counts = np.asarray(list(map(len, clients)))
-  privacy = make_privacy_plan(cfg, counts, num_params=num_params)
-  overflow.check(cfg, privacy, counts, num_params)  # before anything compiles
+  privacy = make_privacy_plan(inputs)
+  overflow.check(cfg, privacy, inputs.federation.counts, num_params)  # before compiling
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")
-  fraction = selection_probability(cfg) if cfg.server.aggregation == "fixed" else 1.0
+  fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
-                                  correlated_noise=correlated_strategy(cfg))
+                                  correlated_noise=privacy.correlated)
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
-               ds.source)
+               ds.source, fingerprint)
 
 
 def _data(cfg, cache: dict):
-  """The dataset, its clients' indices and packed data, and the test set (shared
-  through ``cache`` by the runs of a sweep that read the same ones)."""
+  """The dataset, its clients' indices and packed data, the test set and the data's
+  content fingerprint (shared through ``cache`` by the runs of a sweep that read the
+  same ones)."""
   key = data_key(cfg)
   ds = load_dataset(cfg.data.name, cfg.data.dir)
+  if ("fingerprint", ds.name, cfg.data.dir) not in cache:
+    cache["fingerprint", ds.name, cfg.data.dir] = dataset_fingerprint(ds)
   if ("clients", key) not in cache:
     clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
     # data.placement='host': the packed arrays stay in host memory; groups.run_group
@@ -154,7 +166,8 @@ def _data(cfg, cache: dict):
       keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
       x_t, y_t = x_t[keep], y_t[keep]
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
-  return (ds, clients, data, *cache["test", test_key])
+  return (ds, clients, data, *cache["test", test_key],
+          cache["fingerprint", ds.name, cfg.data.dir])
 
 
 def same_program(a: Setup, b: Setup) -> bool:

@@ -12,7 +12,9 @@ round index ``t``. What does carry state is saved here:
   with its :class:`~fedjax_dp.privacy.accounting.RdpState`),
 * the metric rows so far and the wall time spent (only the wall-clock columns of a
   resumed run differ from an uninterrupted one),
-* the config, so that a checkpoint is never resumed under another one.
+* the config, so that a checkpoint is never resumed under another one, and the
+  content fingerprint of the data the run loaded (:mod:`fedjax_dp.data.fingerprint`),
+  so that it is never resumed on other data (its noise stream would change mid-run).
 
 Restoring all of it and running on gives the same ``metrics.csv``, ``summary.json``
 and final model as a run that was never stopped, bit for bit on the same machine.
@@ -51,7 +53,7 @@ _MAGIC = b"fedjax_dp checkpoint v1\n"
 # Config fields that do not change a run's results: a run may resume with them changed.
 # data.placement moves the same client data by another route (identical results), so a
 # run checkpointed with one placement resumes with the other.
-NON_RESULT_FIELDS = ("progress", "checkpoint.every", "data.placement")
+NON_RESULT_FIELDS = ("progress", "checkpoint.every", "data.placement", "compilation_cache")
 
 
 class CheckpointError(UserError):
@@ -123,10 +125,12 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def save(path: str | os.PathLike, state: RunState, params: Any,
-         config: dict[str, Any]) -> None:
-  """Writes ``state``, ``params`` and ``config`` to ``path`` atomically, with a checksum."""
+         config: dict[str, Any], data_fingerprint: str | None = None) -> None:
+  """Writes ``state``, ``params``, ``config`` and the data's fingerprint to ``path``
+  atomically, with a checksum."""
   payload = serialization.msgpack_serialize({
       "config": json.dumps(results._jsonable(config), sort_keys=True),
+      "data_fingerprint": data_fingerprint,
       "t": int(state.t), "horizon": int(state.horizon), "status": state.status,
       "running": bool(state.running),
       "diverged_round": None if state.diverged_round is None else int(state.diverged_round),
@@ -173,6 +177,17 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
   except (KeyError, TypeError, ValueError) as e:
     raise CheckpointError(f"unreadable checkpoint {path}: {unreadable(e)}") from e
   return state, params, config
+
+
+def recorded_fingerprint(path: str | os.PathLike) -> str | None:
+  """The data fingerprint a checkpoint recorded (None: written before fingerprints).
+
+  Raises:
+    CheckpointError: as :func:`verified_payload`.
+  """
+  d = serialization.msgpack_restore(verified_payload(path))
+  value = d.get("data_fingerprint") if isinstance(d, dict) else None
+  return value if isinstance(value, str) else None
 
 
 def verified_payload(path: str | os.PathLike) -> bytes:

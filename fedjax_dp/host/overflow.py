@@ -26,14 +26,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_dp import config as config_lib
+from fedjax_dp.config import privacy_inputs
 from fedjax_dp.host.round_inputs import count_std, noise_context
 from fedjax_dp.privacy import schedules
-from fedjax_dp.privacy.plan import (
-    PrivacyPlan,
-    local_learning_rates,
-    make_privacy_plan,
-    validation_sensitivity,
-)
+from fedjax_dp.privacy.inputs import local_learning_rates
+from fedjax_dp.privacy.plan import PrivacyPlan, validation_sensitivity
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -91,7 +88,8 @@ def _values(cfg, plan: PrivacyPlan, counts: np.ndarray) -> dict[str, np.ndarray]
       planned.append(schedule.plan(state, t))
   except ValueError:  # a schedule refusing a non-finite noise: the formula's own is judged
     planned = [schedules.RoundPlan(plan.noise_scale(rounds), 0.0, 1.0, False, rounds)]
-  lrs = local_learning_rates(cfg)
+  c = cfg.client
+  lrs = np.asarray(local_learning_rates(c.lr, c.lr_decay, int(c.local_steps)), np.float64)
   z, noise, steps = [], [], []
   for p in planned:
     z.append(plan.multipliers(*plan.device_noise(p.noise, p.central_noise)))
@@ -170,7 +168,8 @@ def check(cfg, plan: PrivacyPlan, counts: np.ndarray, num_params: int | None) ->
       continue
     other = _reset(cfg, field)
     try:
-      fixed = _first_bad(other, make_privacy_plan(other, counts, num_params), counts) is None
+      fixed = _first_bad(other, privacy_inputs.plan_from_config(other, counts, num_params),
+                         counts) is None
     except ValueError:  # the reset breaks another check: not this field's doing
       fixed = False
     if fixed:

@@ -89,8 +89,9 @@ class RunLoop:
     self.acct = self.privacy.accountant_init()
     self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
     stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
-    # The noise stream: a hash of the release's config (fedjax_dp.config.noise_identity).
-    self.stream = noise_identity.stream(cfg)
+    # The noise stream: a hash of the release's config and of its data's content
+    # (fedjax_dp.config.noise_identity).
+    self.stream = noise_identity.stream(cfg, setup.data_fingerprint)
     # In a multi-host job every process runs this loop; one writes.
     self.run_dir = RunDir(out_dir) if out_dir and sharding.is_primary() else None
     # Every process reads the checkpoint and takes part in gathering the params to
@@ -133,6 +134,10 @@ class RunLoop:
     st, params, config = ckpt_lib.load(path, schedule_template=self.state,
                                        acct_template=self.acct, params_template=template)
     diff = ckpt_lib.config_diff(config, self.cfg.to_dict())
+    had = ckpt_lib.recorded_fingerprint(path)
+    if had is not None and had != self.setup.data_fingerprint:
+      diff = [f"the data's content (fingerprint {had} -> {self.setup.data_fingerprint}): "
+              "the files read changed since"] + diff
     if diff:
       raise config_lib.ConfigError(
           f"{path} is a checkpoint of a different config ({'; '.join(diff[:4])}"
@@ -175,7 +180,8 @@ class RunLoop:
     state = ckpt_lib.RunState(self.t, self.horizon, self.status, self.running,
                               self.diverged_round, self.test, self.state, self.acct,
                               self.rows, wall)
-    ckpt_lib.save(self.run_dir.path / ckpt_lib.FILENAME, state, params, self.cfg.to_dict())
+    ckpt_lib.save(self.run_dir.path / ckpt_lib.FILENAME, state, params, self.cfg.to_dict(),
+                  self.setup.data_fingerprint)
     # metrics.csv follows the checkpoint (a partial file, still written atomically).
     self.run_dir.write_metrics(self.rows, self.columns)
 
@@ -335,6 +341,7 @@ class RunLoop:
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
         noise_stream_id=noise_identity.stream_hex(self.stream),
         noise_seed=cfg.privacy.get("noise_seed", ""),
+        data_fingerprint=self.setup.data_fingerprint,
         accountant=self._worst_client_accountant(), data_source=self.setup.data_source,
         **reporting.summary_fields(privacy, self.acct, rows[-1]["epsilon_certified"]
                                    if rows else 0.0),

@@ -1,2 +1,4 @@
-"""Clipping, noise mechanisms, accountants, the papers' privacy formulas, and the privacy
-unit a run reports (:mod:`fedjax_dp.privacy.reporting`)."""
+"""The privacy layer: typed inputs (:mod:`.inputs`), the plan (:mod:`.plan`), clipping in
+any Lp norm, noise mechanisms, accountants, the papers' formulas, and the registries of
+clip modes, selection rules, schedules and correlated noise. It reads no run config
+(docs/architecture.md, "The privacy layer and its typed inputs")."""

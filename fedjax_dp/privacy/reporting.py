@@ -1,4 +1,5 @@
-"""What a run reports beside its metrics: the unit of privacy and budget warnings.
+"""What a run reports beside its metrics: the plan described, the unit of privacy, and
+budget warnings.
 
 A certified epsilon means nothing without the unit it protects (one example or one
 client's whole dataset) and the neighbouring relation (add/remove one unit, or
@@ -14,6 +15,10 @@ one line whenever the certified epsilon exceeds the requested one.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
+
+from fedjax_dp.privacy import adaptive_clip, minibatch
 
 _RELATIONS = {"add_remove": "add/remove", "replace_one": "replace-one"}
 NO_UNIT = "none (no noise)"
@@ -67,3 +72,53 @@ def summary_fields(plan, acct, certified: float) -> dict[str, Any]:
   ``epsilon_warning`` (None when the certified epsilon is within the request)."""
   return {"privacy_unit": privacy_unit(plan),
           "epsilon_warning": budget_warning(plan, acct, certified)}
+
+
+def describe(plan) -> dict[str, Any]:
+  """A JSON-able summary for ``summary.json``: the accounting event, whether the
+  selection is amplified, and what the certified epsilon assumes beyond the
+  adjacency (a rule's :attr:`SelectionRule.assumption`)."""
+  ev = None if plan.noiseless else plan.event(np.ones(plan.num_clients))
+  accounting_info = None if ev is None else {
+      "sampling": ev.sampling, "relation": ev.relation, "level": ev.level,
+      "accountant": "rdp (certified, worst client)",
+      "certified_note": adaptive_clip.MEDIAN_REASON if plan.uncertifiable else None,
+      "amplification": (
+          f"minibatch: poisson (q_i = B / |D_i|, {plan.steps} steps per round); "
+          "client selection: none, each client is charged the rounds it was selected in"
+          if plan.poisson_steps else
+          "none: each client is charged the rounds it was selected in"
+          if plan.rule.deterministic else ev.sampling),
+      "assumption": (plan.rule.assumption if not plan.poisson_steps else
+                     "; ".join(filter(None, [plan.rule.assumption,
+                                             minibatch.POISSON_ASSUMPTION[plan.adjacency]])))}
+  return {
+      "mechanism": plan.mechanism, "placement": plan.placement, "formula": plan.formula,
+      "adjacency": plan.adjacency,
+      "delta": plan.delta, "q": plan.q, "selection": plan.selection, "steps": plan.steps,
+      "sensitivity_min": float(np.min(plan.sensitivity)),
+      "sensitivity_max": float(np.max(plan.sensitivity)),
+      "sensitivity_claimed_max": None if plan.claimed_sensitivity is None
+      else float(np.max(plan.claimed_sensitivity)),
+      "clip_rule": plan.clip_rule,
+      "validation": plan.validation,
+      "val_noise_multiplier": plan.val_noise_multiplier if plan.validation == "clients"
+      else None,
+      "accounting": accounting_info,
+      **({"correlated": describe_correlated(plan)} if plan.correlated is not None else {})}
+
+
+def describe_correlated(plan) -> dict[str, Any]:
+  """The strategy of a correlated mechanism and each client's matrix sensitivity over
+  the run (``s_i``: the release is one Gaussian of multiplier ``sigma / s_i``)."""
+  s, sens = plan.correlated, np.sqrt(plan.correlated_sens_sq())
+  return {"strategy": s.name, "rounds": s.rounds, "bands": len(s.coefs) or None,
+          "coefs": list(s.coefs) or None, "tree_restart": s.restart or None,
+          "matrix_sensitivity_max": float(np.max(sens)),
+          "matrix_sensitivity_min": float(np.min(sens)),
+          "amplification": (
+              f"b-min-sep Poisson (Choquette-Choo et al. 2023, Sec. 4): each eligible "
+              f"round (every {plan.period}-th) a Poisson-subsampled Gaussian, rate "
+              f"{plan.rule_rate}, multiplier sigma / {plan.max_column_norm:.6g}"
+              if plan.amplified else
+              "none: the realised (public) participation of each client")}

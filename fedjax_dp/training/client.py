@@ -196,14 +196,14 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     # Poisson: divide by the expected size B (a constant), so the step's release is
     # (clipped sum + noise) / B with sensitivity C / B under add/remove of one example.
     gdenom = jnp.float32(cfg.batch_size) if cfg.minibatch == "poisson" else denom
-    gsum, losses, mean_norm = mode.grad(model, params, xb, yb, wb, hp.clip, denom,
+    gsum, losses, mean_norm = mode.client.grad(model, params, xb, yb, wb, hp.clip, denom,
                                         cfg.chunk_size)
     if cfg.noise_placement == "step":
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
                                   cfg.mechanism)
     new = jax.tree_util.tree_map(
         lambda p, g: p - lr_s * (g / gdenom + cfg.l2_reg * p), params, gsum)
-    new = mode.after_step(new, hp.clip)
+    new = mode.client.after_step(new, hp.clip)
     return new, (jnp.sum(losses * wb) / denom, mean_norm)
 
   steps = jnp.arange(cfg.local_steps)
@@ -212,7 +212,7 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
   params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
-  params, update_norm = mode.after_local(params, global_params, hp.clip)
+  params, update_norm = mode.client.after_local(params, global_params, hp.clip)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,
                                   hp.upload_noise, cfg.mechanism)

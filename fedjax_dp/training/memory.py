@@ -53,6 +53,14 @@ def available_memory_bytes(device: jax.Device | None = None) -> int:
   return int(avail // max(1, jax.local_device_count()))
 
 
+# The probe needs XLA's buffer assignment, which its HLO passes fix before code is
+# generated; the backend's (LLVM's) optimisation only changes the machine code, which
+# the probe never runs. On CPU, without it the probe compiles in about half the time (
+# 9.8 -> 6.1 s for the quickstart's round under load) with the same memory analysis
+# (docs/scaling.md, "Time to the first round").
+PROBE_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
 @functools.lru_cache(maxsize=32)
 def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> float:
   """Device bytes one more client slot costs in a round (compiled, not run)."""
@@ -69,7 +77,8 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
         seed=jax.ShapeDtypeStruct((), jnp.uint32), data_id=jax.ShapeDtypeStruct((), i32),
         stream=jax.ShapeDtypeStruct((2,), jnp.uint32), count_noise=jax.ShapeDtypeStruct((), f32))
     lowered = jax.jit(lambda p, d, a: round_step(model, cfg, p, d, a)).lower(params, shapes, args)
-    stats = lowered.compile().memory_analysis()
+    options = PROBE_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+    stats = lowered.compile(compiler_options=options).memory_analysis()
     return None if stats is None else stats.temp_size_in_bytes + stats.output_size_in_bytes
 
   b1, b2 = 2, 6

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models import layers, zoo
 from fedjax_dp.models.base import Model
-from fedjax_dp.privacy import correlated, mechanisms
+from fedjax_dp.privacy import adaptive_clip, clip_modes, correlated, mechanisms
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import one_step
 from fedjax_dp.training.keys import (
@@ -44,17 +44,10 @@ from fedjax_dp.training.keys import (
 PyTree = Any
 AGGREGATIONS = ("normalized", "unnormalized", "fixed")
 CONV_IMPLS = ("auto",) + layers.CONV_IMPLS
-# server.clip_rule: how the server's update clip bound S is set (central placement,
-# update_l2): fixed (S = client.clip) | median (Geyer et al. 2017: the cohort's median
-# update norm; data dependent, certified epsilon inf) | private_median (Andrew et al.
-# 2021: S_t from a noisy count of unclipped updates, updated by the host).
-CLIP_RULES = ("fixed", "median", "private_median")
-# The config fields each clip rule reads that not every rule reads: a config that sets
-# one away from its default with another rule is refused (fedjax_dp.config.unread_fields).
-CLIP_RULE_READS: dict[str, tuple[str, ...]] = {
-    "fixed": (), "median": (),
-    "private_median": ("server.clip_quantile", "server.clip_lr", "server.clip_count_std"),
-}
+# server.clip_rule: how the server's update clip bound S is set (central placement, a
+# mode whose uploads are clipped updates): fixed (S = client.clip) | median | private_median
+# (fedjax_dp.privacy.adaptive_clip, which owns the names and the rule of who may use them).
+CLIP_RULES = adaptive_clip.CLIP_RULES
 
 
 class RoundArgs(NamedTuple):
@@ -193,12 +186,12 @@ class RoundConfig:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
     if self.clip_rule not in CLIP_RULES:
-      raise ValueError(f"server.clip_rule: unknown {self.clip_rule!r}; known: {CLIP_RULES}")
-    if self.clip_rule != "fixed" and (self.client.clip_mode != "update_l2"
-                                      or self.client.noise_placement not in ("central",
-                                                                             "none")):
+      raise ValueError(f"server.clip_rule: unknown {self.clip_rule!r}; known: {list(CLIP_RULES)}")
+    if self.clip_rule != "fixed" and not adaptive_clip.server_clip_ok(
+        clip_modes.get(self.client.clip_mode), self.client.noise_placement):
+      modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.proof.server_clip]
       raise ValueError(f"server.clip_rule={self.clip_rule!r} clips the clients' updates at "
-                       "the server: it needs client.clip_mode='update_l2' and "
+                       f"the server: it needs client.clip_mode in {', '.join(modes)} and "
                        "privacy.placement='central' (or 'none'); got "
                        f"{self.client.clip_mode!r}, {self.client.noise_placement!r}")
     if self.correlated is not None and (self.client.noise_placement not in ("central", "none")

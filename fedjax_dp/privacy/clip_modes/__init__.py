@@ -23,7 +23,13 @@ from fedjax_dp.privacy.clip_modes import (
   step_grad_l2,
   update_l2,
 )
-from fedjax_dp.privacy.clip_modes.base import Canary, ClipMode, SensitivityInputs
+from fedjax_dp.privacy.clip_modes.base import (
+  Canary,
+  ClientHooks,
+  ClipMode,
+  Proof,
+  SensitivityInputs,
+)
 
 CLIP_MODES: dict[str, ClipMode] = {
     "none": none.MODE,
@@ -55,23 +61,24 @@ def register(mode: ClipMode) -> ClipMode:
   return mode
 
 
-def check_config(cfg) -> None:
-  """The configured mode's own checks (:attr:`ClipMode.check`); an unknown mode is
-  left to the config's field rules.
+def check_config(inputs) -> None:
+  """The configured mode's own checks (:attr:`ClipMode.check`) of
+  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`; an unknown mode is left to the
+  config's field rules.
 
   Raises:
     ConfigError: naming the field.
   """
-  mode = CLIP_MODES.get(cfg.client.clip_mode)
+  mode = CLIP_MODES.get(inputs.client.clip_mode)
   if mode is not None:
-    mode.check(cfg)
+    mode.proof.check(inputs)
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:
   """The modes with a proven (L1, when ``laplace``) sensitivity at ``placement``."""
   return tuple(n for n, m in CLIP_MODES.items()
-               if placement in (m.laplace if laplace else m.placements))
+               if placement in (m.proof.laplace if laplace else m.proof.placements))
 
 
-__all__ = ["CLIP_MODES", "Canary", "ClipMode", "SensitivityInputs", "check_config", "get",
-           "register", "supporting"]
+__all__ = ["CLIP_MODES", "Canary", "ClientHooks", "ClipMode", "Proof", "SensitivityInputs",
+           "check_config", "get", "register", "supporting"]

@@ -4,20 +4,21 @@ A clip mode (``client.clip_mode``) bounds what a client releases. One
 :class:`ClipMode` bundles everything the run needs to know about it, so that the
 client's computation, the sensitivity the noise is sized with, the accounting
 event's privacy unit, the config checks and the audit's canary cannot drift apart
-(ARCHITECTURE.md decision 6):
+(ARCHITECTURE.md decision 6). Three small records group it:
 
-* client side (traced, for ONE client; :func:`fedjax_dp.training.client.client_update` calls
-  the three hooks): :attr:`ClipMode.grad` (a local step's gradient sum),
-  :attr:`ClipMode.after_step` (the parameters after a step) and
-  :attr:`ClipMode.after_local` (the upload after the E steps);
-* plan side (host, :func:`fedjax_dp.privacy.plan.make_privacy_plan`): the noise
-  placements it has a proven sensitivity for (:attr:`ClipMode.sensitivity`, whose
-  proof is in the mode file's docstrings), those where it is an L1 sensitivity
-  (Laplace), and the placements at which the privacy unit is the client;
-* :attr:`ClipMode.check` refuses the config fields the proof needs but the config
-  breaks, naming the field;
-* :attr:`ClipMode.canary`: how the audit (:mod:`fedjax_dp.audit.audit`) builds a
-  canary pair that reaches the bound.
+* :class:`ClientHooks` (traced, for ONE client;
+  :func:`fedjax_dp.training.client.client_update` calls them): ``grad`` (a local
+  step's gradient sum), ``after_step`` (the parameters after a step), ``after_local``
+  (the upload after the E steps), and the optional ``fused`` one-step hook
+  (:mod:`fedjax_dp.privacy.fused`);
+* :class:`Proof` (host, :func:`fedjax_dp.privacy.plan.make_privacy_plan`): the
+  sensitivity at each noise placement it has a proof for (the proofs are in the mode
+  file's docstrings), those where it is an L1 sensitivity (Laplace), the placements at
+  which the privacy unit is the client, the properties the plan's other owners read
+  (Poisson steps, the server's clip rules, the formulas of an upload ball), and its
+  own check of the run's typed inputs;
+* :class:`Canary`: how the audit (:mod:`fedjax_dp.audit.audit`) builds a canary pair
+  that reaches the bound.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import numpy as np
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy.fused import FusedStep
+from fedjax_dp.privacy.inputs import ClientInputs, ServerInputs
 
 PyTree = Any
 
@@ -48,7 +51,9 @@ class SensitivityInputs(NamedTuple):
     minibatch: ``client.minibatch``.
     num_params: d, or None when the caller did not give it.
     q: a client's per-round selection probability.
-    cfg: the run config (``client.l2_reg``, ``server.*`` for central noise).
+    client: :class:`fedjax_dp.privacy.inputs.ClientInputs` (``l2_reg``, the mode's name).
+    server: :class:`fedjax_dp.privacy.inputs.ServerInputs` (central noise: the
+      aggregation, the selection rule, K).
   """
 
   clip: float
@@ -59,39 +64,80 @@ class SensitivityInputs(NamedTuple):
   minibatch: str
   num_params: int | None
   q: float
-  cfg: Any
+  client: ClientInputs
+  server: ServerInputs
 
   @property
   def num_clients(self) -> int:
     return int(self.counts.size)
 
 
+def data_input(rows: np.ndarray, feature: int) -> np.ndarray:
+  """The canary's inputs are the client's own examples (then scaled)."""
+  return rows
+
+
+def sparse_input(rows: np.ndarray, feature: int) -> np.ndarray:
+  """The canary's inputs are the basis vector of ``feature`` (the input feature no other
+  example uses): the pair's gradient difference lies in few coordinates, an L1 ball's
+  vertex, where an L1 clip bounds the L2 norm by C and the Laplace test sees it."""
+  out = np.zeros_like(rows)
+  out.reshape(out.shape[0], -1)[:, feature] = 1.0
+  return out
+
+
+def dense_input(rows: np.ndarray, feature: int) -> np.ndarray:
+  """The canary's inputs have every feature equal (all ones): a linear model's gradient
+  then has equal magnitude in every coordinate of a class's column, a corner of an
+  L-infinity ball (with ``Canary.flip_input=False`` and two classes, the two
+  canaries' updates are opposite corners)."""
+  return np.ones_like(rows)
+
+
 class Canary(NamedTuple):
-  """How the audit builds a canary pair that reaches the mode's bound.
+  """How the audit builds a canary pair that reaches the mode's bound
+  (:func:`fedjax_dp.audit.audit.canary_pair`): the audit record of a clip mode.
 
   Attributes:
-    sparse: a canary whose gradient lies on one axis (an L1 ball's vertex, where
-      the L1 clip bounds the L2 norm by C).
+    input: ``(rows [r, *input_shape], feature) -> rows``: the canary's input rows
+      before they are scaled by ``example_scale`` (:func:`data_input`,
+      :func:`sparse_input`, :func:`dense_input`, or a new geometry's own); ``feature``
+      is the input feature no other example uses.
     example_scale: feature scale of an example-level canary (a bound on the model,
       not on one gradient, needs a much larger input to be reached).
+    flip_input: the ``out`` canary negates the input (True) or changes the label
+      (False; the gradient's sign pattern flips in every coordinate for two classes).
     l1_geometry: Laplace noise on this mode is certified with ``2 C sqrt(d)``; its
       audit needs a small model (:data:`fedjax_dp.audit.table.L1_GEOMETRY_SETS`).
   """
 
-  sparse: bool = False
+  input: Callable[[np.ndarray, int], np.ndarray] = data_input
   example_scale: float = 100.0
+  flip_input: bool = True
   l1_geometry: bool = False
+
+  @property
+  def sparse(self) -> bool:
+    """Whether the canary sits on one input feature (:func:`sparse_input`)."""
+    return self.input is sparse_input
 
 
 GradFn = Callable[..., tuple[PyTree, jax.Array, jax.Array]]
 
 
-class ClipMode(NamedTuple):
-  """One clip mode (module docstring).
+def _keep_params(params, clip):
+  return params
+
+
+def _keep_upload(params, global_params, clip):
+  return params, jnp.zeros(())
+
+
+class ClientHooks(NamedTuple):
+  """What a client computes (traced, for ONE client;
+  :func:`fedjax_dp.training.client.client_update` calls the hooks).
 
   Attributes:
-    name: the ``client.clip_mode`` value.
-    summary: one line for the catalog.
     grad: ``(model, params, xb, yb, wb, clip, denom, chunk_size) -> (gsum, losses
       [b], mean_norm)``: one local step's (clipped) gradient SUM over the batch
       weighted by ``wb [b]``, the per-example losses, and the norm the client
@@ -99,24 +145,70 @@ class ClipMode(NamedTuple):
     after_step: ``(params, clip) -> params`` after each local step.
     after_local: ``(params, global_params, clip) -> (params, update_norm)`` after
       the E steps (the upload before its noise).
-    placements: the noise placements (``privacy.placement``) with a proven
-      sensitivity (``'none'`` is always allowed).
+    fused: None, or the mode's one-step fusion
+      (:class:`fedjax_dp.privacy.fused.FusedStep`): a block of clients' one
+      full-batch step as one weighted batch
+      (:func:`fedjax_dp.training.one_step.block_sum`), equal to the hooks above.
+  """
+
+  grad: GradFn
+  after_step: Callable[[PyTree, jax.Array], PyTree] = _keep_params
+  after_local: Callable[..., tuple[PyTree, jax.Array]] = _keep_upload
+  fused: FusedStep | None = None
+
+
+def _no_check(inputs: Any) -> None:
+  """A mode whose proofs need no field beyond the plan's own checks."""
+
+
+class Proof(NamedTuple):
+  """What the mode's sensitivity proof covers (host; the proofs are in the mode
+  file's docstrings, read by :func:`fedjax_dp.privacy.plan.make_privacy_plan`).
+
+  Attributes:
     sensitivity: ``(placement, SensitivityInputs) -> [U]`` the replace-one
       sensitivity of the noised release at ``placement`` (one of
       :attr:`placements`); raises ValueError naming the field when a proof
       condition fails.
+    placements: the noise placements (``privacy.placement``) with a proven
+      sensitivity (``'none'`` is always allowed).
     laplace: the placements at which :attr:`sensitivity` is an L1 sensitivity
       (with ``mechanism='laplace'``), so Laplace noise is bounded there.
     client_level: the placements at which the privacy unit is a client's whole
       dataset (else one example).
-    check: ``(cfg) -> None`` refuses config fields the proofs do not cover
-      (ConfigError naming the field); called by ``make_privacy_plan``.
-    canary: the audit's :class:`Canary`.
-    norm: 1 or 2, the norm of the clip (0: none).
     poisson_steps: the Poisson-subsampled Gaussian of client DP-SGD
       (``client.minibatch='poisson'``, placement ``'step'``) is proved for it.
     server_clip: the server's adaptive clip rules (``server.clip_rule``) may re-clip
       its uploads (they are updates clipped to a bound).
+    upload_ball: the upload lies in the ball of radius C around a point both
+      neighbours share (0, or the global model), whatever the data: its sensitivity
+      is the ball's diameter 2 C (Yuan et al.'s Algorithm 1 reading, so their
+      formulas admit it).
+    check: ``(inputs) -> None`` refuses, from
+      :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, fields the proofs do not cover
+      (ConfigError naming the field); called by ``make_privacy_plan`` and by the
+      config's validation.
+  """
+
+  sensitivity: Callable[[str, SensitivityInputs], np.ndarray]
+  placements: tuple[str, ...] = ()
+  laplace: tuple[str, ...] = ()
+  client_level: tuple[str, ...] = ()
+  poisson_steps: bool = False
+  server_clip: bool = False
+  upload_ball: bool = False
+  check: Callable[[Any], None] = _no_check
+
+
+class ClipMode(NamedTuple):
+  """One clip mode (module docstring).
+
+  Attributes:
+    name: the ``client.clip_mode`` value.
+    summary: one line for the catalog (``fedjax-dp list``).
+    client: its :class:`ClientHooks` (the client's computation).
+    proof: its :class:`Proof` (the sensitivity and what it covers).
+    canary: its :class:`Canary` (the audit's canary pair).
     reads: the config fields the mode reads that not every mode reads (the bound
       ``client.clip``; ``()`` for ``none``): a config that sets one away from its
       default while picking a mode that does not read it is refused
@@ -125,24 +217,14 @@ class ClipMode(NamedTuple):
 
   name: str
   summary: str
-  grad: GradFn
-  sensitivity: Callable[[str, SensitivityInputs], np.ndarray]
-  placements: tuple[str, ...] = ()
-  laplace: tuple[str, ...] = ()
-  client_level: tuple[str, ...] = ()
-  after_step: Callable[[PyTree, jax.Array], PyTree] = lambda params, clip: params
-  after_local: Callable[..., tuple[PyTree, jax.Array]] = (
-      lambda params, global_params, clip: (params, jnp.zeros(())))
-  check: Callable[[Any], None] = lambda cfg: None
+  client: ClientHooks
+  proof: Proof
   canary: Canary = Canary()
-  norm: int = 0
-  poisson_steps: bool = False
-  server_clip: bool = False
   reads: tuple[str, ...] = ("client.clip",)
 
   def level(self, placement: str) -> str:
     """The privacy unit of the release at ``placement``."""
-    return "client" if placement in self.client_level else "example"
+    return "client" if placement in self.proof.client_level else "example"
 
 
 # ----------------------------------------------------------------- client pieces
@@ -188,7 +270,7 @@ def check_decay(inputs: SensitivityInputs) -> None:
   Raises:
     ValueError: ``client.l2_reg * client.lr > 2`` with several local steps.
   """
-  if inputs.lrs.size > 1 and float(inputs.cfg.client.l2_reg) * float(
+  if inputs.lrs.size > 1 and float(inputs.client.l2_reg) * float(
       np.max(inputs.lrs)) > 2.0:
     raise ValueError(
         "client.l2_reg * client.lr > 2 with several local steps: the decay factor "

@@ -9,12 +9,13 @@ exists to size the noise with).
 
 from __future__ import annotations
 
+from fedjax_dp.privacy import fused
 from fedjax_dp.privacy.clip_modes import base
 
 MODE = base.ClipMode(
     name="none",
     summary="no clipping (non-private training only)",
-    grad=base.plain_grad,
-    sensitivity=base.no_sensitivity,
+    client=base.ClientHooks(base.plain_grad, fused=fused.UNCLIPPED),
+    proof=base.Proof(base.no_sensitivity),
     reads=(),
 )

@@ -61,7 +61,7 @@ def upload_sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.nda
     return np.full(u, 2.0 * inputs.clip)
   if inputs.num_params is None:
     raise ValueError(f"privacy.mechanism='laplace' with client.clip_mode="
-                     f"{inputs.cfg.client.clip_mode!r}: the L1 sensitivity 2 C sqrt(d) needs "
+                     f"{inputs.client.clip_mode!r}: the L1 sensitivity 2 C sqrt(d) needs "
                      "the model's parameter count (make_privacy_plan(..., num_params=d))")
   return np.full(u, ball_l1_sensitivity(inputs.clip, int(inputs.num_params)))
 
@@ -75,11 +75,8 @@ def project(params, clip):
 MODE = base.ClipMode(
     name="param_l2",
     summary="parameters projected onto the L2 ball of radius C after each step (Yuan et al.)",
-    grad=base.plain_grad,
-    sensitivity=upload_sensitivity,
-    placements=("upload",),
-    laplace=("upload",),
-    after_step=project,
+    client=base.ClientHooks(base.plain_grad, after_step=project),
+    proof=base.Proof(upload_sensitivity, placements=("upload",), laplace=("upload",),
+                     upload_ball=True),
     canary=base.Canary(example_scale=1e4, l1_geometry=True),
-    norm=2,
 )

@@ -12,15 +12,14 @@ vertices), so the canary's gradient is sparse.
 
 from __future__ import annotations
 
+from fedjax_dp.privacy import fused
 from fedjax_dp.privacy.clip_modes import base, per_example_l2
 
 MODE = base.ClipMode(
     name="per_example_l1",
     summary="each example's gradient clipped to L1 norm C (Fu et al., for Laplace)",
-    grad=base.per_example_grad(1),
-    sensitivity=per_example_l2.sensitivity,
-    placements=("upload", "step"),
-    laplace=("upload", "step"),
-    canary=base.Canary(sparse=True),
-    norm=1,
+    client=base.ClientHooks(base.per_example_grad(1), fused=fused.per_example(1)),
+    proof=base.Proof(per_example_l2.sensitivity, placements=("upload", "step"),
+                     laplace=("upload", "step")),
+    canary=base.Canary(input=base.sparse_input),
 )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_dp.privacy import fused
 from fedjax_dp.privacy.clip_modes import base
 
 
@@ -79,9 +80,6 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
 MODE = base.ClipMode(
     name="per_example_l2",
     summary="each example's gradient clipped to L2 norm C (Wei et al.; DP-SGD)",
-    grad=base.per_example_grad(2),
-    sensitivity=sensitivity,
-    placements=("upload", "step"),
-    norm=2,
-    poisson_steps=True,
+    client=base.ClientHooks(base.per_example_grad(2), fused=fused.per_example(2)),
+    proof=base.Proof(sensitivity, placements=("upload", "step"), poisson_steps=True),
 )

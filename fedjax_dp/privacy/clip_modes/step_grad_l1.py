@@ -14,11 +14,8 @@ from fedjax_dp.privacy.clip_modes import base, step_grad_l2
 MODE = base.ClipMode(
     name="step_grad_l1",
     summary="each local step's mean gradient clipped to L1 norm C (Fu et al., Laplace)",
-    grad=base.step_grad(1),
-    sensitivity=step_grad_l2.sensitivity,
-    placements=("upload",),
-    laplace=("upload",),
-    client_level=("upload",),
-    canary=base.Canary(sparse=True),
-    norm=1,
+    client=base.ClientHooks(base.step_grad(1)),
+    proof=base.Proof(step_grad_l2.sensitivity, placements=("upload",), laplace=("upload",),
+                     client_level=("upload",)),
+    canary=base.Canary(input=base.sparse_input),
 )

@@ -7,7 +7,8 @@ bound holds for a client's WHOLE dataset: the privacy unit is the client.
 
 Placement ``upload``, client-level replace-one, :func:`upload_sensitivity`
 (``2 C sum_s eta_s``). Fu et al.'s formulas (``privacy.formula=fu_thm1/fu_thm2``)
-are written for this family (:data:`fedjax_dp.privacy.plan.FU_CLIP_MODES`).
+admit it (:mod:`fedjax_dp.privacy.formulas.registry`: a mode whose upload is a
+client-level release).
 
 References:
   Fu et al. 2023, "On the Practicality of Differential Privacy in Federated Learning
@@ -57,9 +58,6 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
 MODE = base.ClipMode(
     name="step_grad_l2",
     summary="each local step's mean gradient clipped to L2 norm C (Fu et al., Gaussian)",
-    grad=base.step_grad(2),
-    sensitivity=sensitivity,
-    placements=("upload",),
-    client_level=("upload",),
-    norm=2,
+    client=base.ClientHooks(base.step_grad(2)),
+    proof=base.Proof(sensitivity, placements=("upload",), client_level=("upload",)),
 )

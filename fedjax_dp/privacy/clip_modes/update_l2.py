@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.privacy import clipping
+from fedjax_dp.privacy import clipping, fused
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.clip_modes import base, param_l2
 
@@ -77,7 +77,7 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
   """Update clipping's sensitivity at ``placement`` (``upload`` or ``central``)."""
   if placement == "upload":
     return param_l2.upload_sensitivity(placement, inputs)
-  server = inputs.cfg.server
+  server = inputs.server
   return np.full(inputs.num_clients, central_sensitivity(
       inputs.clip, inputs.counts, server.aggregation, server.selection,
       int(server.clients_per_round), inputs.q))
@@ -93,13 +93,8 @@ def clip_update(params, global_params, clip):
 MODE = base.ClipMode(
     name="update_l2",
     summary="the client's update clipped to L2 norm C (DP-FedAvg)",
-    grad=base.plain_grad,
-    sensitivity=sensitivity,
-    placements=("upload", "central"),
-    laplace=("upload",),
-    client_level=("central",),
-    after_local=clip_update,
+    client=base.ClientHooks(base.plain_grad, after_local=clip_update, fused=fused.UPDATE_L2),
+    proof=base.Proof(sensitivity, placements=("upload", "central"), laplace=("upload",),
+                     client_level=("central",), server_clip=True, upload_ball=True),
     canary=base.Canary(example_scale=1e4, l1_geometry=True),
-    norm=2,
-    server_clip=True,
 )

@@ -19,7 +19,7 @@ SCHEDULES: dict[str, Schedule] = {
 }
 
 # Each schedule's parameters and their defaults, read from ``NoiseContext.params``
-# (the run loop fills it from ``cfg.schedule``).
+# (the run loop fills it from the config's ``schedule`` section).
 SCHEDULE_PARAMS: dict[str, Mapping[str, float]] = {
     "constant": {},
     "crd": crd.PARAMS,
@@ -36,8 +36,9 @@ def get_schedule(name: str) -> Schedule:
   return SCHEDULES[name]
 
 
-def check_config(cfg) -> None:
-  """The picked schedule's own checks of the config (:attr:`Schedule.check`).
+def check_config(inputs) -> None:
+  """The picked schedule's own checks (:attr:`Schedule.check`) of
+  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`.
 
   ``schedule.name='optimal_t'`` runs a grid of constant schedules (its
   ``schedule.t_grid`` is checked by the config's field rules and by
@@ -46,9 +47,9 @@ def check_config(cfg) -> None:
   Raises:
     ConfigError: naming the field.
   """
-  schedule = SCHEDULES.get(cfg.schedule.name)
+  schedule = SCHEDULES.get(inputs.privacy.schedule)
   if schedule is not None:
-    schedule.check(cfg)
+    schedule.check(inputs)
 
 
 def config_fields(name: str | None = None) -> dict[str, float]:

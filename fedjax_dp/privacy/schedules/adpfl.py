@@ -44,7 +44,7 @@ what the paper leaves open (spec ``adpfl.md`` section 7):
   accuracy) is a placeholder to calibrate so that the first reduction falls
   near round 20 on MNIST (spec section 5.4 item 3, checklist item 11).
 
-Parameters (``ctx.params``, from ``cfg.schedule``): ``k`` (in (0, 1), default
+Parameters (``ctx.params``, from the ``schedule.*`` fields): ``k`` (in (0, 1), default
 0.7 as in the paper's Fig. 5), ``alpha`` (finite, default 0.005) and
 ``adjust_every`` (integer >= 1, default 1); ``validation`` and
 ``val_noise_multiplier`` are read by the run loop and the privacy plan.
@@ -166,18 +166,20 @@ def observe(state: AdpflState, t: int, metrics: Mapping[str, float]) -> AdpflSta
   return state._replace(reductions=state.reductions + int(reduce), prev_score=s)
 
 
-def check(cfg) -> None:
+def check(inputs) -> None:
   """With ``schedule.validation='server'`` the schedule reads the held-out accuracy on
-  its adjustment rounds, which must then be evaluated ('clients' computes its own).
+  its adjustment rounds, which must then be evaluated ('clients' computes its own)
+  (:class:`fedjax_dp.privacy.inputs.PrivacyInputs`).
 
   Raises:
     ConfigError: ``eval.every`` does not divide ``schedule.adjust_every``.
   """
-  if cfg.schedule.get("validation", "server") == "server" \
-      and int(cfg.schedule.adjust_every) % int(cfg.eval.every):
+  p = inputs.privacy
+  adjust_every = p.schedule_params.get("adjust_every", PARAMS["adjust_every"])
+  if p.validation == "server" and int(adjust_every) % int(p.eval_every):
     raise ConfigError(f"schedule.name='adpfl' with schedule.validation='server' reads the "
-                      f"test accuracy every schedule.adjust_every={cfg.schedule.adjust_every} "
-                      f"rounds: eval.every={cfg.eval.every} must divide it")
+                      f"test accuracy every schedule.adjust_every={adjust_every} "
+                      f"rounds: eval.every={p.eval_every} must divide it")
 
 
 SCHEDULE = Schedule(init, plan, observe, check,

@@ -35,7 +35,7 @@ class NoiseContext(NamedTuple):
     lr: base local learning rate.
     params: the schedule's own parameters, keyed by the field name under
       ``schedule.`` in the config (e.g. ``{'beta': 0.9, 'zeta': 0.001}``). The run
-      loop passes every ``cfg.schedule`` field; a schedule reads the keys it knows
+      loop passes every ``schedule.*`` field; a schedule reads the keys it knows
       (``fedjax_dp.privacy.schedules.config_fields`` lists them) and ignores the rest.
   """
 
@@ -67,7 +67,7 @@ class RoundPlan(NamedTuple):
   horizon: int
 
 
-def no_check(cfg: Any) -> None:
+def no_check(inputs: Any) -> None:
   """A schedule whose fields :data:`fedjax_dp.config.FIELD_RULES` checks in full."""
 
 
@@ -76,8 +76,9 @@ class Schedule(NamedTuple):
 
   Attributes:
     init, plan, observe: the state machine (module docstring).
-    check: ``(cfg) -> None`` refuses a config this schedule cannot run or bound
-      (``fedjax_dp.errors.ConfigError`` naming the field); called by
+    check: ``(inputs) -> None`` refuses, from
+      :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, a run this schedule cannot run
+      or bound (``fedjax_dp.errors.ConfigError`` naming the field); called by
       :func:`fedjax_dp.privacy.schedules.check_config` when the schedule is picked.
     reads: the config fields the schedule reads beyond its ``PARAMS`` (which it
       reads as ``schedule.<name>``) that not every schedule reads: a config that

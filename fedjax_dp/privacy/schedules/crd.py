@@ -56,7 +56,7 @@ subsampling) and an approximation otherwise; the certified epsilon is recorded
 either way. Eq. (25) is a Gaussian rule: it does not apply to Laplace noise.
 Clients without noise (``eps = inf``) keep ``sigma = 0``; their ``B`` is ``inf``.
 
-Parameters (``ctx.params``, from ``cfg.schedule``): ``beta`` (discount factor in
+Parameters (``ctx.params``, from the ``schedule.*`` fields): ``beta`` (discount factor in
 (0, 1), default 0.9) and ``zeta`` (trigger threshold, default 0.001).
 
 The authors' code differs (spec section 10 item 15, Appendix A): it monitors the
@@ -199,15 +199,17 @@ def observe(state: CrdState, t: int, metrics: Mapping[str, float]) -> CrdState:
                         triggers=state.triggers + int(fired), rounds=t + 1)
 
 
-def check(cfg) -> None:
-  """CRD reads the test loss after every round.
+def check(inputs) -> None:
+  """CRD reads the test loss after every round
+  (:class:`fedjax_dp.privacy.inputs.PrivacyInputs`).
 
   Raises:
     ConfigError: ``eval.every != 1``.
   """
-  if int(cfg.eval.every) != 1:
+  every = inputs.privacy.eval_every
+  if int(every) != 1:
     raise ConfigError("schedule.name='crd' watches the test loss every round: set eval.every=1 "
-                      f"(got eval.every={cfg.eval.every})")
+                      f"(got eval.every={every})")
 
 
 SCHEDULE = Schedule(init, plan, observe, check)

@@ -70,7 +70,7 @@ Not implemented: the ``table_mode`` schedule ``Theta(m) = theta^m sigma_const^2`
 that may explain the paper's Table II (spec E27); it is not calibrated for
 ``theta < 1``.
 
-Parameters (``ctx.params``, from ``cfg.schedule``): ``theta`` (> 0, default 1),
+Parameters (``ctx.params``, from the ``schedule.*`` fields): ``theta`` (> 0, default 1),
 ``refine`` (0/1, default 0), ``alpha_d`` (in (0, 1), default 0.9; the paper uses
 0.8 and 0.9), ``refine_patience`` (integer >= 1, default 1), ``refine_tol``
 (>= 0, default 0) and ``refine_exact`` (0/1, default 0 = eq. (9) as printed).
@@ -300,19 +300,22 @@ def observe(state: GeometricState, t: int, metrics: Mapping[str, float]) -> Geom
                         last_loss=loss, stall=stall, triggers=triggers)
 
 
-def check(cfg) -> None:
-  """The budget is a Gaussian one; ``refine=1`` reads the test loss every round.
+def check(inputs) -> None:
+  """The budget is a Gaussian one; ``refine=1`` reads the test loss every round
+  (:class:`fedjax_dp.privacy.inputs.PrivacyInputs`).
 
   Raises:
     ConfigError: a Laplace mechanism, or ``refine=1`` with ``eval.every != 1``.
   """
-  if cfg.privacy.mechanism != "gaussian":
+  p = inputs.privacy
+  if p.mechanism != "gaussian":
     raise ConfigError("schedule.name='geometric' spreads a Gaussian budget (sum of "
                       "sigma^-2, Yuan eq. (16)): privacy.mechanism="
-                      f"{cfg.privacy.mechanism!r} is not bounded by it")
-  if float(cfg.schedule.refine) == 1.0 and int(cfg.eval.every) != 1:
+                      f"{p.mechanism!r} is not bounded by it")
+  refine = float(p.schedule_params.get("refine", PARAMS["refine"]))
+  if refine == 1.0 and int(p.eval_every) != 1:
     raise ConfigError("schedule.refine=1 watches the test loss every round: set eval.every=1 "
-                      f"(got eval.every={cfg.eval.every})")
+                      f"(got eval.every={p.eval_every})")
 
 
 SCHEDULE = Schedule(init, plan, observe, check)

@@ -8,7 +8,7 @@ section 6, section 7.3 item 13). We implement the spec's recommendation; each
 point below is an ASSUMPTION, not the paper:
 
 * ``sigma_i^0`` is the configured formula's constant-schedule noise for
-  ``T0 = cfg.rounds`` rounds (eq. (10) for ``privacy.formula = 'wei_eq10'``).
+  ``T0`` = the configured ``rounds`` rounds (eq. (10) for ``privacy.formula = 'wei_eq10'``).
 * ``sigma_i^t = max(sigma_i^0 - k_i t, sigma_i^min)`` with slope
   ``k_i = decay_fraction * sigma_i^0 / T0`` (the spec's example
   ``k = sigma^0 / (2 T0)`` is ``decay_fraction = 0.5``) and floor
@@ -38,7 +38,7 @@ Yu et al. themselves use zCDP accounting and several decay shapes (time-based
 ``sigma_0 / (1 + k t)``, exponential, step, validation-based); only the linear
 one that Wei et al. name is implemented here.
 
-Parameters (``ctx.params``, from ``cfg.schedule``): ``decay_fraction`` (>= 0,
+Parameters (``ctx.params``, from the ``schedule.*`` fields): ``decay_fraction`` (>= 0,
 default 0.5) and ``decay_floor`` (in (0, 1], default 0.1).
 """
 
