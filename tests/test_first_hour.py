@@ -791,6 +791,10 @@ OVERFLOWS = [
      (*_CENTRAL, "server.clip_lr=1e300")),
     ("clip-count-std", "server.clip_count_std", "count noise",
      (*_CENTRAL, "server.clip_count_std=1e300")),
+    # central noise over a fixed denominator: the sensitivity is 2 C max|D_i| / (q sum|D_i|)
+    ("server-q", "server.q", "the sensitivity of a client's release would be 2e+299",
+     ("client.clip_mode=update_l2", "privacy.placement=central", "server.aggregation=fixed",
+      "server.selection=poisson", "server.q=1e-300")),
 ]
 
 CASES += [

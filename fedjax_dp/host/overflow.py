@@ -34,8 +34,10 @@ from fedjax_dp.privacy.plan import PrivacyPlan, validation_sensitivity
 
 F32_MAX = float(np.finfo(np.float32).max)
 
+# (server.q: central noise with server.aggregation='fixed' divides by the expected
+# share q, so its sensitivity is 2 C max|D_i| / (q sum |D_i|).)
 _SENSITIVITY = ("client.clip", "client.lr", "client.lr_decay", "client.local_steps",
-                "client.batch_size", "data.samples_per_client")
+                "client.batch_size", "data.samples_per_client", "server.q")
 _NOISE = ("privacy.epsilon", "privacy.client_epsilons", "privacy.delta",
           "privacy.noise_multiplier", "schedule.theta", "schedule.decay_fraction",
           "schedule.decay_floor", *_SENSITIVITY)
@@ -162,23 +164,25 @@ def check(cfg, plan: PrivacyPlan, counts: np.ndarray, num_params: int | None) ->
   if found is None:
     return
   derived, x = found
-  culprit = None
+  culprit, untried = None, []
   for field in derived.fields:
     if _value(cfg, field) == _value(config_lib.base_config(), field):
       continue
     other = _reset(cfg, field)
-    try:
-      fixed = _first_bad(other, privacy_inputs.plan_from_config(other, counts, num_params),
-                         counts) is None
-    except ValueError:  # the reset breaks another check: not this field's doing
-      fixed = False
+    try:  # (a default may divide by zero: the plan says so by an inf, judged below)
+      with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        plan = privacy_inputs.plan_from_config(other, counts, num_params)
+      fixed = _first_bad(other, plan, counts) is None
+    except (ValueError, ArithmeticError):  # its default does not fit the rest (server.q=0
+      untried.append(field)                # with poisson): this reset cannot tell
+      continue
     if fixed:
       culprit = field
       break
-  if culprit is None:  # several fields together: name the first that was set
-    culprit = next((f for f in derived.fields
-                    if _value(cfg, f) != _value(config_lib.base_config(), f)),
-                   derived.fields[0])
+  if culprit is None:  # a field whose reset could not be judged, else the first one set
+    culprit = next(iter(untried), None) or next(
+        (f for f in derived.fields if _value(cfg, f) != _value(config_lib.base_config(), f)),
+        derived.fields[0])
   raise config_lib.ConfigError(
       f"{culprit}={_value(cfg, culprit)!r}: {derived.what} would be {x:.3g}, which the "
       f"float32 round cannot hold (largest {F32_MAX:.3g}); choose another {culprit}")
