@@ -9,13 +9,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _helpers import HANG_S
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 MNIST_DIR = (ROOT / ".." / "shared" / "datasets" / "mnist").resolve()
-HANG_S = 1800  # seconds without progress that mean a hang (a cell, or the kernel's start)
 
 
 def _outputs(nb):
