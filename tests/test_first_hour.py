@@ -898,6 +898,8 @@ CASES += [
     *[(f"overflow-{name}", [*RUN, *_set("rounds=2", *sets)], None,
        err(f"{field}=", needle, "float32 round cannot hold", loads=True))
       for name, field, needle, sets in OVERFLOWS],
+    ("local-steps-2^31", [*RUN, *_set("client.local_steps=2147483647")], None,
+     err("client.local_steps=2147483647: must be >= 1 and <= 1000000")),
     ("overflow-none-at-tiny-delta", [*RUN, *_set("privacy.formula=wei_eq10",
                                                  "privacy.delta=5e-324")], None, Reach()),
     # the accountants at the extremes of the floats: 0, inf or a refusal, never a

@@ -534,6 +534,7 @@ class Rule(NamedTuple):
 
 
 _U32, _I32 = 2**32 - 1, 2**31 - 1
+MAX_LOCAL_STEPS = 1_000_000  # client.local_steps: a million local steps a round at most
 
 
 def _registry(module: str, name: str, *extra: str):
@@ -571,7 +572,9 @@ FIELD_RULES: dict[str, Rule] = {
     "data.test_samples": Rule("int", 0, _I32),
     "data.placement": Rule("str", choices=_registry("fedjax_dp.data.streaming", "PLACEMENTS")),
     "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
-    "client.local_steps": Rule("int", 1, _I32),
+    # (The privacy layer holds one step size per local step: 2^31 of them would take
+    # tens of GB before any check could run.)
+    "client.local_steps": Rule("int", 1, MAX_LOCAL_STEPS),
     "client.batch_size": Rule("int", 0, _I32),
     "client.minibatch": Rule("str", choices=_fixed("shuffle", "poisson")),
     "client.lr": _POSITIVE,
