@@ -167,7 +167,8 @@ def _formula_claim(name: str, args, z: np.ndarray, q: float) -> dict:
   """The paper formula's epsilon for schedule ``z`` (multiplier units, sensitivity 1)."""
   from fedjax_dp.privacy import formulas as F
   d, t = args.delta, z.size
-  inv = float(np.sum(1.0 / z ** 2))
+  with np.errstate(over="ignore", divide="ignore"):  # 1 / z^2 -> 0 or inf at the extremes
+    inv = float(np.sum(1.0 / z ** 2))
   if name == "wei10":
     return {"epsilon": float(F.wei_epsilon_claimed(inv, d, q, 1.0)),
             "ref": "Wei et al. eq. (10)/(25)"}

@@ -11,8 +11,11 @@ Re-running the same ``run`` or ``sweep`` command resumes from the last checkpoin
 (``checkpoint.every``). Ctrl-C stops between rounds, saves a checkpoint, marks the
 run ``interrupted`` and exits with status 130.
 
-Every ``--out`` is checked before anything is loaded or compiled, and ``--overwrite``
-removes only the files fedjax-dp wrote (:mod:`fedjax_dp.files.outputs`).
+Every ``--out`` is checked before anything is loaded or compiled. A run or sweep
+directory's ``--overwrite`` removes only the files fedjax-dp wrote there and refuses
+if one of them was changed since (``--overwrite-edited`` removes it too); an ``--out``
+file (plot, audit) that exists and is not fedjax-dp's unchanged output is replaced
+only with ``--overwrite`` (:mod:`fedjax_dp.files.outputs`).
 
 Compiled programs are kept in the user's cache directory, so a second run of the same
 shapes starts sooner (:mod:`fedjax_dp.compile_cache`); ``FEDJAX_DP_COMPILATION_CACHE=off``
@@ -43,14 +46,16 @@ def _cmd_run(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp.files import outputs
 
-  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
-  config_lib.validate(cfg)  # before the run directory is touched
+  overwrite = _overwrite(args)
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, _overrides(args))
+  config_lib.validate(cfg, as_given=given)  # before the run directory is touched
   if args.no_progress:
     cfg.progress = False
   outputs.check_dir(args.out)  # before the engine is even imported
   from fedjax_dp import experiment
 
-  result = experiment.run(cfg, args.out, overwrite=args.overwrite)
+  result = experiment.run(cfg, args.out, overwrite=overwrite)
   s = result.summary
   acc = s["final_test_accuracy"]
   print(json.dumps({k: s[k] for k in ("status", "rounds_run", "final_test_accuracy",
@@ -83,11 +88,12 @@ def _cmd_sweep(args) -> int:
   from fedjax_dp import config as config_lib
   from fedjax_dp import sweep
 
-  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, _overrides(args))
   grid = sweep.parse_grid(args.grid)
   start = time.time()
   rows = sweep.run_sweep(cfg, grid, args.out, progress=not args.no_progress,
-                         overwrite=args.overwrite)
+                         overwrite=_overwrite(args), as_given=given)
   last: dict[str, dict] = {}
   for r in rows:
     last[r["point"]] = r
@@ -119,11 +125,18 @@ def _cmd_plot(args) -> int:
   from fedjax_dp import plotting
   from fedjax_dp.files import outputs
   formats = sorted(set(FigureCanvasBase.get_supported_filetypes()) - {"png"})
-  out = outputs.check_file(args.out, "plot.png", ["png", *formats])
+  out = outputs.check_file(args.out, "plot.png", ["png", *formats], overwrite=args.overwrite)
   plot = plotting.plot_dirs(args.runs, title=args.title or "", fmt=out.suffix[1:].lower())
-  outputs.atomic_write(out, plot.png)
+  outputs.atomic_write(out, plot.png, owned=True)
   print(f"wrote {out}: {plot.description}")
   return 0
+
+
+def _overwrite(args) -> bool | str:
+  """``--overwrite`` / ``--overwrite-edited`` as :func:`fedjax_dp.files.outputs.claim`
+  takes them."""
+  from fedjax_dp.files import outputs
+  return outputs.EDITED if args.overwrite_edited else args.overwrite
 
 
 def _cmd_list(args) -> int:
@@ -164,7 +177,8 @@ def _cmd_audit(args) -> int:
   from fedjax_dp.errors import UserError
   from fedjax_dp.files import outputs, results
 
-  out = None if args.out is None else outputs.check_file(args.out, "audit.json")
+  out = None if args.out is None else outputs.check_file(args.out, "audit.json",
+                                                          overwrite=args.overwrite)
   try:
     from fedjax_dp.audit import AuditOptions, audit
     from fedjax_dp.audit.estimators import INSTALL_HINT, available
@@ -185,8 +199,9 @@ def _cmd_audit(args) -> int:
     raise UserError(str(e)) from None
   if not 0 <= opts.seed < 2**32:  # a numpy seed
     raise UserError(f"audit.seed={opts.seed}: must be an integer in [0, {2**32 - 1}]")
-  cfg = config_lib.override(config_lib.load_config(args.config), _overrides(args))
-  config_lib.validate(cfg)
+  given = config_lib.load_config(args.config)
+  cfg = config_lib.override(given, _overrides(args))
+  config_lib.validate(cfg, as_given=given)
   if not available():
     raise UserError(INSTALL_HINT)
   try:
@@ -208,9 +223,24 @@ def _cmd_audit(args) -> int:
   print(f"  ratio lower / upper    {r.ratio:.3f}"
         + ("  -- ABOVE 1: the certificate does not hold" if r.ratio > 1 else ""))
   if out is not None:
-    results.write_json(out, r.to_dict())
+    results.write_json(out, r.to_dict(), owned=True)
     print(f"  written to {out}")
   return 0
+
+
+_FILE_OVERWRITE_HELP = ("replace the --out file even if fedjax-dp did not write it, or "
+                        "wrote it and it was changed since (without it, only fedjax-dp's own "
+                        "unchanged output is replaced)")
+
+
+def _overwrite_options(p: argparse.ArgumentParser, what: str) -> None:
+  p.add_argument("--overwrite", action="store_true",
+                 help=f"replace an existing {what} directory instead of resuming it (removes "
+                 "only the files fedjax-dp wrote there, and refuses if one of them was "
+                 "changed since it wrote it)")
+  p.add_argument("--overwrite-edited", action="store_true",
+                 help="like --overwrite, and also removes the files fedjax-dp wrote there "
+                 "that were changed since (an edited config.json, a replaced metrics.png)")
 
 
 _CONFIG_HELP = ("Python file with get_config(), or a shipped config's name "
@@ -229,9 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="run directory to write (an existing one of the same config resumes)")
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field (repeatable), e.g. --set privacy.epsilon=8")
-  p.add_argument("--overwrite", action="store_true",
-                 help="replace an existing run directory instead of resuming it (removes "
-                 "only the files fedjax-dp wrote there)")
+  _overwrite_options(p, "run")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_run)
 
@@ -246,9 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--set", action="append", metavar="KEY=VALUE",
                  help="override a config field for every point (repeatable)")
   p.add_argument("--out", required=True, help="sweep directory (sweep.csv, points/...)")
-  p.add_argument("--overwrite", action="store_true",
-                 help="replace an existing sweep directory instead of resuming it (removes "
-                 "only the files fedjax-dp wrote there)")
+  _overwrite_options(p, "sweep")
   p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
   p.set_defaults(func=_cmd_sweep)
 
@@ -273,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="do not run the configured run for its whole-run certificate")
   p.add_argument("--out", default=None, help="write the result as JSON to this file (an "
                  "existing directory: DIR/audit.json)")
+  p.add_argument("--overwrite", action="store_true", help=_FILE_OVERWRITE_HELP)
   p.set_defaults(func=_cmd_audit)
 
   p = sub.add_parser("plot", help="plot run and sweep directories: test loss, accuracy, "
@@ -286,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "directory: DIR/plot.png; no suffix: .png is appended); the path written is "
                  "printed")
   p.add_argument("--title", default=None, help="first title line (default: the config names)")
+  p.add_argument("--overwrite", action="store_true", help=_FILE_OVERWRITE_HELP)
   p.set_defaults(func=_cmd_plot)
 
   p = sub.add_parser("list", help="datasets (and where they are), models, schedules, "

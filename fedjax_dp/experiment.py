@@ -73,7 +73,7 @@ _client_round_config = round_config
 
 
 def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
-        overwrite: bool = False) -> RunResult:
+        overwrite: bool | str = False) -> RunResult:
   """Runs one experiment and (if ``out_dir``) writes its run directory.
 
   The loop is thin: per round, the schedule plans noise on the host, one jitted call
@@ -89,7 +89,8 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   and raises ``KeyboardInterrupt``.
 
   With ``overwrite``, only the files the project wrote in ``out_dir`` are removed
-  first (:mod:`fedjax_dp.files.outputs`).
+  first, and none if one of them was changed since it wrote it (``overwrite=
+  outputs.EDITED`` removes those too; :mod:`fedjax_dp.files.outputs`).
 
   Raises:
     config_lib.ConfigError: ``out_dir`` holds a run of another config (the message

@@ -9,7 +9,9 @@ Each argument is a run directory (``metrics.csv``) or a sweep directory
 grid point, labelled by its grid values; when ``seed`` is a grid axis the points
 that differ only in seed are one line, their mean, with a band from the lowest to
 the highest seed. Run directories are labelled by the config fields in which they
-differ. Panels: test loss (test MSE for a regression), test accuracy (when some run
+differ; runs of one config that differ only in seed are averaged the same way, and
+two directories of the same run (same config, same seed) keep a line each,
+labelled by directory name (their paths where the names collide). Panels: test loss (test MSE for a regression), test accuracy (when some run
 is a classifier) and epsilon against rounds (certified solid, claimed dashed). The
 title gives the certified epsilon reached and the unit of privacy; the legend sits
 outside the axes, and past 10 lines the colours repeat with another line style and
@@ -31,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_dp.errors import UserError
+from fedjax_dp.errors import UserError, unreadable
 
 # Keys that never distinguish two runs' results (labels skip them).
 _IGNORED_KEYS = ("name", "progress", "checkpoint.", "data.dir", "privacy.noise_stream")
@@ -127,14 +129,18 @@ def _label(values: Mapping[str, Any]) -> str:
 
 
 def curves(members: Sequence[Member]) -> list[Curve]:
-  """Groups ``members`` that differ only in ``seed`` into one curve each (in order)."""
+  """Groups ``members`` that differ only in ``seed`` into one curve each (in order).
+
+  Only replicates are averaged: :func:`load` gives two directories of the same run
+  (same config, same seed) distinct ``run`` values, and two sweeps distinct
+  ``sweep`` values (their paths where their names collide)."""
   groups: dict[tuple, list[Member]] = {}
   for m in members:
     key = tuple((k, repr(v)) for k, v in m.values.items() if k != "seed")
     groups.setdefault(key, []).append(m)
   out = []
   for group in groups.values():
-    rest = {k: v for k, v in group[0].values.items() if k != "seed"}
+    rest = {k: v for k, v in group[0].values.items() if k != "seed" or len(group) == 1}
     label = _label(rest) or group[0].name
     if len(group) > 1:
       label += f" (mean of {len(group)} seeds)"
@@ -176,14 +182,21 @@ def style(i: int) -> dict[str, Any]:
 
 
 def _read_rows(path: Path) -> list[dict[str, str]]:
-  """The rows of a run's metrics.csv; a file of another shape is a UserError naming it."""
+  """The rows of a run's metrics.csv; a file of another shape is a UserError naming it
+  (and the first value that is not what a run writes)."""
   try:
     with open(path, newline="") as f:
       rows = list(csv.DictReader(f))
-    for r in rows:
-      int(r["round"]), float(r["test_loss"] or "nan")
-  except (KeyError, ValueError, TypeError, UnicodeDecodeError, csv.Error) as e:
-    raise UserError(f"{path} is not a metrics.csv of a run ({type(e).__name__}: {e})") from None
+  except (UnicodeDecodeError, csv.Error) as e:
+    raise UserError(f"{path} is not a metrics.csv of a run ({unreadable(e)})") from None
+  for i, r in enumerate(rows, start=2):  # line 1 is the header
+    for key, kind in (("round", int), ("test_loss", float)):
+      value = r.get(key)
+      try:
+        kind(value if value != "" or kind is int else "nan")
+      except (TypeError, ValueError):
+        why = f"no {key} column" if value is None else f"line {i}: {key} {value!r} is not a number"
+        raise UserError(f"{path} is not a metrics.csv of a run ({why})") from None
   return rows
 
 
@@ -228,12 +241,30 @@ def _load_sweep(path: Path, tag: dict[str, Any]) -> list[Member]:
   return members
 
 
+def _result_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
+  return [k for k in dict.fromkeys(k for c in configs for k in c)
+          if not any(k == i or (i.endswith(".") and k.startswith(i)) for i in _IGNORED_KEYS)]
+
+
 def _differences(configs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   """Per config, the fields whose values are not the same in all of ``configs``."""
-  keys = [k for k in dict.fromkeys(k for c in configs for k in c)
-          if not any(k == i or (i.endswith(".") and k.startswith(i)) for i in _IGNORED_KEYS)]
+  keys = _result_keys(configs)
   varying = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
   return [{k: c.get(k) for k in varying} for c in configs]
+
+
+def _names(paths: Sequence[Path]) -> list[str]:
+  """Each directory's name, or the path as given where two names collide."""
+  names = [p.name for p in paths]
+  return [n if names.count(n) == 1 else str(p) for n, p in zip(names, paths)]
+
+
+def _same_run(configs: Sequence[dict[str, Any]]) -> list[bool]:
+  """Per config, whether another one is the same run (every field, the seed too): a
+  copy, not a replicate, so it is never averaged with it."""
+  keys = _result_keys(configs)
+  ids = [tuple(repr(c.get(k)) for k in keys) for c in configs]
+  return [ids.count(i) > 1 for i in ids]
 
 
 def load(paths: Sequence[str | Path]) -> list[Member]:
@@ -244,9 +275,10 @@ def load(paths: Sequence[str | Path]) -> list[Member]:
       without any recorded round.
   """
   loaded: list[Any] = []
-  for p in map(Path, paths):
+  names = _names(list(map(Path, paths)))
+  for p, name in zip(map(Path, paths), names):
     if (p / "sweep.json").is_file():
-      loaded.append(_load_sweep(p, {"sweep": p.name} if len(paths) > 1 else {}))
+      loaded.append(_load_sweep(p, {"sweep": name} if len(paths) > 1 else {}))
     elif (p / "metrics.csv").is_file():
       loaded.append(_load_run(p))
     elif not p.is_dir():
@@ -256,14 +288,15 @@ def load(paths: Sequence[str | Path]) -> list[Member]:
                        "directory (no sweep.json)")
   runs = [x for x in loaded if isinstance(x, tuple)]
   diffs = iter(_differences([c for _, c in runs]))
+  copies = iter(_same_run([c for _, c in runs]))
   members: list[Member] = []
-  for x, p in zip(loaded, map(Path, paths)):
+  for x, name in zip(loaded, names):
     if isinstance(x, list):
       members.extend(x)
       continue
     values = next(diffs)
-    if not values and len(runs) > 1:
-      values = {"run": p.name}  # identical configs: the directory tells them apart
+    if next(copies):  # the same config and seed: the directory tells them apart
+      values = {**values, "run": name}
     members.append(x[0]._replace(values=values))
   return members
 

@@ -59,6 +59,7 @@ import jax
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, optimal_t, sharding
 from fedjax_dp.config import noise_identity
+from fedjax_dp.errors import unreadable
 from fedjax_dp.files import outputs, results
 from fedjax_dp.host import checkpoint
 
@@ -149,7 +150,8 @@ def _label(value: Any) -> str:
   return re.sub(r"[^A-Za-z0-9.+=_-]", "_", text)
 
 
-def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> list[Point]:
+def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = (), *,
+           as_given=None) -> list[Point]:
   """The grid's points: ``cfg`` with ``sets`` applied, then each product assignment.
 
   Args:
@@ -157,6 +159,10 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
     grid: ``{dotted key: values}``; values are Python values or ``--set`` text. The
       product runs in the given key order, the last key fastest.
     sets: ``key=value`` overrides applied to every point first.
+    as_given: the config as its file gave it (before ``--set``): a field that does
+      nothing in every point (:func:`fedjax_dp.config.unread_fields`) is refused; a
+      field read by some points (a grid over ``schedule.name`` with
+      ``schedule.beta`` set) is not.
 
   Raises:
     config_lib.ConfigError: unknown keys (with suggestions), unparsable or repeated
@@ -183,6 +189,14 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = ()) -> 
     # to privacy.common_random_numbers, and a point re-run alone draws the same.
     config_lib.validate(point_cfg)
     points.append(Point(index, name, values, point_cfg))
+  if as_given is not None:
+    unread = [config_lib.unread_fields(p.config, as_given) for p in points]
+    fields = {m.split("=", 1)[0] for m in unread[0]}
+    for u in unread[1:]:
+      fields &= {m.split("=", 1)[0] for m in u}
+    first = next((m for m in unread[0] if m.split("=", 1)[0] in fields), None)
+    if first is not None:
+      raise config_lib.ConfigError(f"{first}{' (in every point of the sweep)' * (len(points) > 1)}")
   return points
 
 
@@ -288,8 +302,8 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
     have = json.loads(path.read_text())
     old = _grid_values(have["points"])
   except (ValueError, KeyError, TypeError) as e:
-    raise config_lib.ConfigError(f"--out {out}: unreadable {path} ({e}); use --overwrite to "
-                                 "replace it, or another --out") from None
+    raise config_lib.ConfigError(f"--out {out}: unreadable {path} ({unreadable(e)}); use "
+                                 "--overwrite to replace it, or another --out") from None
   new = _grid_values(_as_json([{"values": p.values} for p in points]))
   diff = [f"{k}: {old.get(k, '(not in grid)')} -> {new.get(k, '(not in grid)')}"
           for k in [*old, *(k for k in new if k not in old)] if old.get(k) != new.get(k)]
@@ -308,7 +322,7 @@ def check_same_sweep(out: Path, cfg, sets: Sequence[str], points: Sequence[Point
 
 
 def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
-                overwrite: bool) -> None:
+                overwrite: bool | str) -> None:
   """Claims the sweep directory and every point's (and ``optimal_t`` candidate's)
   before any compute (:func:`fedjax_dp.files.outputs.claim`)."""
   outputs.claim(out, "sweep", overwrite=overwrite,
@@ -323,7 +337,7 @@ def _claim_dirs(out: Path, cfg, sets: Sequence[str], points: Sequence[Point],
 def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None, *,
               sets: Sequence[str] = (), progress: bool | None = None,
               devices: Sequence[jax.Device] | None = None,
-              overwrite: bool = False) -> list[dict[str, Any]]:
+              overwrite: bool | str = False, as_given=None) -> list[dict[str, Any]]:
   """Runs every point of ``grid`` over ``cfg``, batching points that share shapes.
 
   Args:
@@ -334,8 +348,10 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
     sets: ``key=value`` overrides applied to every point.
     progress: show a progress bar over the whole sweep; default ``cfg.progress``.
     devices: devices to lay the sweep over (default: all, on all hosts).
+    as_given: the config as its file gave it, before ``--set``: see :func:`expand`.
     overwrite: replace what an earlier sweep wrote in ``out_dir`` (only that: a
-      directory holding anything else is refused, named).
+      directory holding anything else, or a file of the sweep's changed since, is
+      refused, named; ``outputs.EDITED`` removes the changed files too).
 
   Returns:
     One dict per point and round, in grid order: the point's name, its grid values
@@ -350,7 +366,7 @@ def run_sweep(cfg, grid: Mapping[str, Sequence[Any]], out_dir: str | None = None
   """
   from tqdm.auto import tqdm
 
-  points = expand(cfg, grid, sets)
+  points = expand(cfg, grid, sets, as_given=as_given)
   for p in points:
     config_lib.validate(p.config)  # cheap value checks before the directory is touched
   points = _draw_noise_seed(points, out_dir)

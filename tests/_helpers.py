@@ -9,6 +9,11 @@ from fedjax_dp.data.federated import build_federated_data
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
+# A subprocess, notebook kernel or cell that makes no progress for this long is hung.
+# It is a limit for a hang, never for slowness: the suite shares two cores with other
+# work, where a subprocess that compiles an eight-device program for a minute on a
+# quiet machine takes ten or more.
+HANG_S = 3600
 
 
 def toy_federated(num_clients=6, n=20, shape=(4, 4, 1), classes=3, seed=0, n_max=None):

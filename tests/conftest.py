@@ -7,7 +7,7 @@ import shutil
 import sys
 import tempfile
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Compiling dominates the suite's time (hundreds of tiny programs, each run a few times);
 # without LLVM's optimization passes XLA:CPU compiles about twice as fast and gives the
@@ -46,7 +46,10 @@ def pytest_unconfigure(config):  # pylint: disable=unused-argument
 
 # Derandomized: a property test that passes once passes in CI too; a new
 # counterexample is found by raising max_examples locally, not by chance in CI.
-settings.register_profile("fedjax_dp", derandomize=True, deadline=None)
+# No clock: neither a deadline per example nor the health check that times the
+# examples' generation (too_slow, about a second) -- both fail on a loaded machine.
+settings.register_profile("fedjax_dp", derandomize=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("fedjax_dp")
 
 

@@ -456,3 +456,67 @@ def test_query_validation():
 
 def test_default_orders_match_dp_accounting():
   np.testing.assert_array_equal(acc.DEFAULT_ORDERS, np.array(dp_rdp.DEFAULT_RDP_ORDERS, float))
+
+
+# Issue 50: `fedjax-dp account --q 1 --sigma 1e300 ...` ended in an OverflowError. Every
+# accountant gives a correct value (0, inf, or a refusal naming the reason) at the
+# extremes of the floats, and warns about nothing.
+_EXTREME_EVENTS = [
+    {}, {"sampling": "poisson", "q": 0.5},
+    {"sampling": "poisson", "q": 0.5, "relation": "replace_one"},
+    {"sampling": "selection", "q": 0.3},
+    {"sampling": "fixed_size", "q": 0.1, "relation": "replace_one"},
+    {"sampling": "fixed_size", "q": 0.1, "relation": "replace_one",
+     "fixed_size_method": "poisson_reduction"},
+    {"mechanism": "laplace"}, {"mechanism": "laplace", "sampling": "poisson", "q": 0.5},
+]
+
+
+@pytest.mark.parametrize("kw", _EXTREME_EVENTS, ids=lambda kw: ",".join(map(str, kw.values()))
+                         or "full")
+def test_extreme_multipliers_give_zero_or_inf_without_warnings(kw):
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # an overflow warning is a line on the user's stderr
+    for z in (1e300, 1.7e308, 1e155):
+      h = [Event(noise_multiplier=z, count=5, **kw)]
+      assert acc.epsilon(h, 1e-5) == 0.0
+      if kw.get("sampling") != "fixed_size":  # (no PLD without replacement)
+        assert acc.epsilon(h, 1e-5, "pld") == 0.0
+    for z in (1e-300, 5e-324, 1e-150):
+      rdp = acc.event_rdp(Event(noise_multiplier=z, count=5, **kw))
+      assert not np.any(np.isnan(rdp))  # nan (unknown) would hide in the min over orders
+      eps = acc.epsilon([Event(noise_multiplier=z, count=5, **kw)], 1e-5)
+      assert eps > 1e100 or math.isinf(eps)
+
+
+def test_exact_accountant_at_the_extremes():
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert acc.epsilon([Event(noise_multiplier=1e300, count=5)], 1e-5, "exact") == 0.0
+    assert math.isinf(acc.epsilon([Event(noise_multiplier=1e-300, count=5)], 1e-5, "exact"))
+    assert math.isinf(float(acc.gaussian_epsilon(np.inf, 5e-324)))
+    # delta below 1 / float max: log(1 / delta) is still finite
+    assert 30 < float(acc.gaussian_epsilon(1.0, 5e-324)) < 40
+
+
+def test_pld_clamps_huge_multipliers_and_refuses_tiny_ones_by_name():
+  assert acc.epsilon([Event(noise_multiplier=1e300, count=5)], 1e-5, "pld") == 0.0
+  assert acc.epsilon([Event("laplace", 1.7e308, count=5)], 1e-5, "pld") == 0.0
+  z_min = acc.pld_min_multiplier("gaussian", 1e-4)
+  assert acc.pld_points("gaussian", 1.0, 1e-4) == pytest.approx(204911, rel=0.05)
+  assert acc.pld_points("gaussian", z_min, 1e-4) == pytest.approx(acc.PLD_MAX_POINTS)
+  for z in (1e-300, 5e-324, z_min / 2):
+    with pytest.raises(ValueError, match=r"accountant='pld': noise multiplier .* use "
+                       r"accountant='rdp', or a coarser discretization"):
+      acc.epsilon([Event(noise_multiplier=z, count=5)], 1e-5, "pld")
+
+
+def test_pld_calibration_for_a_huge_target_stops_at_the_smallest_pld_it_can_build():
+  from fedjax_dp.privacy import calibration as cal
+  dvi = 1e-2  # coarse: the smallest multiplier's PLD is cheap
+  z = cal.calibrate_noise_multiplier(1e300, 1e-5, 2, accountant="pld", pld_discretization=dvi)
+  assert z == pytest.approx(acc.pld_min_multiplier("gaussian", dvi))
+  assert acc.epsilon([Event(noise_multiplier=z, count=2)], 1e-5, "pld",
+                     pld_discretization=dvi) <= 1e300

@@ -61,6 +61,7 @@ class Reach(NamedTuple):
 
 class Works(NamedTuple):
   check: Callable[[Path, str], None]
+  quiet: bool = False  # nothing at all on stderr (no warning line either)
 
 
 def err(*needles: str, code: int = 2, loads: bool = False) -> Err:
@@ -229,7 +230,8 @@ def run_config_json(tmp, mp):
   """A run's config.json, as ``fedjax-dp run`` writes it (inf as the string "inf")."""
   (tmp / "old").mkdir()
   (tmp / "old" / "config.json").write_text(json.dumps(_quick_json(**{
-      "rounds": 1, "privacy.epsilon": "inf", "data.group_sizes": "(10,20)"})))
+      "rounds": 1, "privacy.epsilon": "inf", "data.partition": "unbalanced",
+      "data.group_sizes": "(10,20)"})))
 
 
 def config_json_unknown_key(tmp, mp):
@@ -281,6 +283,85 @@ def precious_next_to_out(tmp, mp):
   (tmp / "precious" / "notes.txt").write_text("mine")
 
 
+# ----------------------------------------------------------------------------- setups (issue 50)
+
+
+def users_files(tmp, mp):
+  """A folder of the user's own files beside the outputs."""
+  (tmp / "user").mkdir()
+  (tmp / "user" / "mine.png").write_bytes(b"my own figure")
+  (tmp / "user" / "mine.json").write_text('{"mine": true}\n')
+
+
+def own_plot(tmp, mp):
+  """A plot fedjax-dp wrote earlier at {tmp}/cmp.png (of the copied finished run)."""
+  assert cli.main(["plot", str(tmp / "run"), "--out", str(tmp / "cmp.png")]) == 0
+
+
+def own_plot_edited(tmp, mp):
+  own_plot(tmp, mp)
+  with open(tmp / "cmp.png", "ab") as f:
+    f.write(b"annotated by hand")
+
+
+def edited_run(tmp, mp):
+  """The finished run with config.json edited and metrics.png replaced by the user."""
+  cfg = json.loads((tmp / "run" / "config.json").read_text())
+  (tmp / "run" / "config.json").write_text(json.dumps({**cfg, "note": "mine"}, indent=1))
+  (tmp / "run" / "metrics.png").write_bytes(b"my own figure")
+
+
+def replaced_png(tmp, mp):
+  (tmp / "run" / "metrics.png").write_bytes(b"my own figure")
+
+
+def copied_run(tmp, mp):
+  """The finished run, and a copy of it under another folder (same name, same seed)."""
+  shutil.copytree(tmp / "run", tmp / "elsewhere" / "run")
+
+
+def exiting_config(tmp, mp):
+  _py(tmp, "exits.py", "import sys\ndef get_config():\n  sys.exit(0)\n")
+
+
+def exiting_module(tmp, mp):
+  _py(tmp, "exits.py", "import sys\nsys.exit(3)\ndef get_config():\n  return {}\n")
+
+
+def list_config(tmp, mp):
+  _py(tmp, "list_cfg.py", "def get_config():\n  return [('rounds', 1)]\n")
+
+
+def _base_py(tmp: Path, name: str, line: str) -> None:
+  _py(tmp, name, f"from fedjax_dp import config\ndef get_config():\n  c = config.base_config()\n"
+      f"  {line}\n  return c\n")
+
+
+def str_for_float(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.privacy.epsilon = '8'")
+
+
+def float_for_int(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.rounds = 2.5")
+
+
+def number_for_section(tmp, mp):
+  _base_py(tmp, "badtype.py", "c.privacy = 8")
+
+
+def str_for_float_ambiguous_leaf(tmp, mp):  # data.alpha and schedule.alpha
+  _base_py(tmp, "badtype.py", "c.schedule.alpha = 'low'")
+
+
+def file_sets_unread_q(tmp, mp):
+  _base_py(tmp, "unread.py", "c.server.q = 0.3")
+
+
+def file_sets_noise_multiplier(tmp, mp):
+  """A config whose formula reads the multiplier it sets (another is picked by --set)."""
+  _base_py(tmp, "nm.py", "c.privacy.formula = 'noise_multiplier'; c.privacy.noise_multiplier = 0.5")
+
+
 # ----------------------------------------------------------------------------- checks
 
 
@@ -315,6 +396,43 @@ def check_account(*needles):
     for n in needles:
       assert n in stdout, (n, stdout)
   return check
+
+
+def check_epsilons(**want):
+  """``account --json``: each accountant's epsilon (a float, 'inf') or, for a string
+  that is not a number, a part of its 'unavailable' reason."""
+  def check(tmp, stdout):
+    results = json.loads(stdout)["results"]
+    for name, expected in want.items():
+      got = results[name]
+      if isinstance(expected, str) and expected != "inf":
+        assert expected in got["unavailable"], (name, got)
+      else:
+        assert float(got["epsilon"]) == pytest.approx(float(expected), rel=1e-12), (name, got)
+  return check
+
+
+def check_calibrated(**want):
+  def check(tmp, stdout):
+    results = json.loads(stdout)["results"]
+    for name, z in want.items():
+      assert results[name]["noise_multiplier"] == pytest.approx(z), (name, results[name])
+  return check
+
+
+def check_replaced_users_png(tmp, stdout):
+  assert (tmp / "user" / "mine.png").read_bytes().startswith(b"\x89PNG")
+  assert (tmp / "user" / "mine.json").read_text() == '{"mine": true}\n'
+
+
+def check_fresh_run(tmp, stdout):
+  assert _summary(tmp / "run")["rounds_run"] == 1
+  assert "note" not in json.loads((tmp / "run" / "config.json").read_text())
+  assert (tmp / "run" / "metrics.png").read_bytes().startswith(b"\x89PNG")
+
+
+def check_two_lines(tmp, stdout):
+  assert "2 lines" in stdout and "mean" not in stdout, stdout
 
 
 # ----------------------------------------------------------------------------- the table
@@ -675,6 +793,182 @@ CASES: list[tuple[str, list[str], Callable | None, Err | Reach | Works]] = [
      None, Works(check_mnist_run)),
 ]
 
+# --- issue 50 (a user's first hour, round three); kept together
+_CENTRAL = ("client.clip_mode=update_l2", "privacy.placement=central",
+            "server.clip_rule=private_median")
+# (row, the field named, the value it leads to, --set): one per numeric field that feeds
+# a sensitivity, a noise scale or a step size (no finite privacy.delta in (0, 1) does).
+OVERFLOWS = [
+    ("clip", "client.clip", "the sensitivity of a client's release would be inf",
+     ("client.clip=1e308",)),
+    ("lr", "client.lr", "a local step size", ("client.lr=1e39",)),
+    ("lr-decay", "client.lr_decay", "would be 1e+90",
+     ("client.lr_decay=1e10", "client.local_steps=10")),
+    ("server-lr", "server.lr", "the server's step times a local step", ("server.lr=1e39",)),
+    ("l2-reg", "client.l2_reg", "the weight decay of a local step", ("client.l2_reg=1e300",)),
+    ("noise-multiplier", "privacy.noise_multiplier", "the noise scale",
+     ("privacy.formula=noise_multiplier", "privacy.noise_multiplier=1e300")),
+    ("epsilon", "privacy.epsilon", "the noise scale",
+     ("privacy.formula=wei_eq10", "privacy.epsilon=1e-300")),
+    ("client-epsilons", "privacy.client_epsilons", "the noise scale",
+     ("privacy.formula=wei_eq10", "privacy.client_epsilons=(1e-300,8,8,8,8,8,8,8,8,8)")),
+    ("theta", "schedule.theta", "the noise scale",
+     ("schedule.name=geometric", "schedule.theta=1e100")),
+    ("val-noise", "schedule.val_noise_multiplier", "the released validation score",
+     ("schedule.name=adpfl", "schedule.val_noise_multiplier=1e300")),
+    ("clip-lr", "server.clip_lr", "one step of its clip bound",
+     (*_CENTRAL, "server.clip_lr=1e300")),
+    ("clip-count-std", "server.clip_count_std", "count noise",
+     (*_CENTRAL, "server.clip_count_std=1e300")),
+    # central noise over a fixed denominator: the sensitivity is 2 C max|D_i| / (q sum|D_i|)
+    ("server-q", "server.q", "the sensitivity of a client's release would be 2e+299",
+     ("client.clip_mode=update_l2", "privacy.placement=central", "server.aggregation=fixed",
+      "server.selection=poisson", "server.q=1e-300")),
+]
+
+CASES += [
+    # --out never replaces a file fedjax-dp did not write (or wrote and the user changed)
+    ("plot-over-users-file", ["plot", "{run}", "--out", "{tmp}/user/mine.png"], users_files,
+     err("{tmp}/user/mine.png exists and was not written by fedjax-dp", "--overwrite")),
+    ("audit-over-users-file", [*AUDIT[:2], "--trials", "50", "--no-run-certificate", "--out",
+                               "{tmp}/user/mine.json"], users_files,
+     err("{tmp}/user/mine.json exists and was not written by fedjax-dp", "--overwrite")),
+    ("plot-over-edited-own-plot", ["plot", "{run}", "--out", "{tmp}/cmp.png"], own_plot_edited,
+     err("{tmp}/cmp.png was changed since fedjax-dp wrote it", "--overwrite")),
+    ("audit-out-manifest-name", [*AUDIT, "--out", "{tmp}/.fedjax_dp.json"], None,
+     err(".fedjax_dp.json is the name of fedjax-dp's list", "another name")),
+    ("plot-overwrite-users-file", ["plot", "{run}", "--out", "{tmp}/user/mine.png",
+                                   "--overwrite"], users_files, Works(check_replaced_users_png)),
+    ("plot-again-replaces-own-plot", ["plot", "{run}", "--out", "{tmp}/cmp.png"], own_plot,
+     Works(check_plot)),
+    # --overwrite and resuming never lose the user's edits (digests in the manifest)
+    ("overwrite-edited-run", [*RUN[:2], "--out", "{run}", "--no-progress", "--overwrite",
+                              *_set("rounds=1")], edited_run,
+     err("{tmp}/run/config.json was changed since fedjax-dp wrote it; nothing was removed",
+         "--overwrite-edited")),
+    ("resume-replaced-png", [*RUN[:2], "--out", "{run}", "--no-progress", *_set("rounds=1")],
+     replaced_png, err("{tmp}/run/metrics.png was changed since fedjax-dp wrote it",
+                       "resuming would replace it")),
+    ("overwrite-edited-flag", [*RUN[:2], "--out", "{run}", "--no-progress",
+                               "--overwrite-edited", *_set("rounds=1")], edited_run,
+     Works(check_fresh_run)),
+    # two directories of one run are two lines
+    ("plot-two-copies-of-a-run", ["plot", "{run}", "{tmp}/elsewhere/run", "--out",
+                                  "{tmp}/cmp.png"], copied_run, Works(check_two_lines)),
+    # config files that exit or return no config
+    ("config-sys-exit", ["run", "{tmp}/exits.py", "--out", "{out}"], exiting_config,
+     err("config file {tmp}/exits.py: exited (sys.exit(0))", "get_config() must return")),
+    ("config-module-sys-exit", ["run", "{tmp}/exits.py", "--out", "{out}"], exiting_module,
+     err("config file {tmp}/exits.py: exited (sys.exit(3))")),
+    ("config-returns-list", ["run", "{tmp}/list_cfg.py", "--out", "{out}"], list_config,
+     err("list_cfg.py", "got list")),
+    ("audit-config-sys-exit", ["audit", "{tmp}/exits.py", "--trials", "10"], exiting_config,
+     err("{tmp}/exits.py", "sys.exit(0)")),
+    # a library's words in the project's
+    ("config-str-for-float", ["run", "{tmp}/badtype.py", "--out", "{out}"], str_for_float,
+     err("privacy.epsilon='8' in {tmp}/badtype.py: expected a number")),
+    ("config-float-for-int", ["run", "{tmp}/badtype.py", "--out", "{out}"], float_for_int,
+     err("rounds=2.5 in {tmp}/badtype.py: expected an integer")),
+    ("config-number-for-section", ["run", "{tmp}/badtype.py", "--out", "{out}"],
+     number_for_section, err("privacy=8 in {tmp}/badtype.py: expected a section of fields")),
+    ("config-str-for-schedule-alpha", ["run", "{tmp}/badtype.py", "--out", "{out}"],
+     str_for_float_ambiguous_leaf, err("schedule.alpha='low' in {tmp}/badtype.py")),
+    ("config-json-broken-where", ["run", "{tmp}/config.json", "--out", "{out}"],
+     config_json_broken, err("config.json: not valid JSON at line 1, column 14")),
+    # a field the chosen rule, schedule, mechanism, formula, clip mode or partition does
+    # not read (fedjax_dp.config.READERS)
+    ("unread-server-q", [*RUN, *_set("server.q=0.3")], None,
+     err("server.q=0.3 does nothing: only server.selection 'poisson' or 'cyclic_poisson' "
+         "reads it, and this config has server.selection='uniform'")),
+    ("unread-t-grid", [*RUN, *_set("schedule.t_grid=(25,50)")], None,
+     err("schedule.t_grid=(25, 50) does nothing: only schedule.name 'optimal_t' reads it",
+         "schedule.name='constant'")),
+    ("unread-schedule-beta", [*RUN, *_set("schedule.beta=0.5")], None,
+     err("schedule.beta=0.5 does nothing: only schedule.name 'crd' reads it")),
+    ("unread-val-noise", [*RUN, *_set("schedule.val_noise_multiplier=2")], None,
+     err("schedule.val_noise_multiplier=2.0 does nothing", "'adpfl'")),
+    ("unread-noise-multiplier", [*RUN, *_set("privacy.noise_multiplier=2")], None,
+     err("privacy.noise_multiplier=2.0 does nothing: only privacy.formula 'noise_multiplier'",
+         "privacy.formula='calibrated'")),
+    ("unread-bands", [*RUN, *_set("privacy.bands=4")], None,
+     err("privacy.bands=4 does nothing: only privacy.mechanism 'bandmf' reads it",
+         "privacy.mechanism='gaussian'")),
+    ("unread-tree-restart", [*RUN, *_set("privacy.tree_restart=5")], None,
+     err("privacy.tree_restart=5 does nothing: only privacy.mechanism 'tree' reads it")),
+    ("unread-clip-quantile", [*RUN, *_set("server.clip_quantile=0.3")], None,
+     err("server.clip_quantile=0.3 does nothing: only server.clip_rule 'private_median'")),
+    ("unread-wasserstein-metric", [*RUN, *_set("server.wasserstein_metric=ordinal")], None,
+     err("server.wasserstein_metric='ordinal' does nothing",
+         "'wasserstein_topk' or 'wasserstein_sample'")),
+    ("unread-data-alpha", [*RUN, *_set("data.alpha=0.3")], None,
+     err("data.alpha=0.3 does nothing: only data.partition 'dirichlet' reads it",
+         "data.partition='iid'")),
+    ("unread-group-sizes", [*RUN, *_set("data.group_sizes=(10,20)")], None,
+     err("data.group_sizes=(10, 20) does nothing", "'unbalanced'")),
+    ("unread-clip-without-clipping", [*RUN, *_set("client.clip_mode=none", "client.clip=2",
+                                                  "privacy.epsilon=inf")], None,
+     err("client.clip=2.0 does nothing: every client.clip_mode but 'none' reads it")),
+    ("unread-in-config-file", ["run", "{tmp}/unread.py", "--out", "{out}"], file_sets_unread_q,
+     err("server.q=0.3 does nothing", "server.selection='uniform'")),
+    ("unread-audit", [*AUDIT, *_set("server.q=0.3")], None, err("server.q=0.3 does nothing")),
+    ("unread-in-every-sweep-point", [*SWEEP, "--grid", "seed=0,1", *_set("server.q=0.3")],
+     None, err("server.q=0.3 does nothing", "(in every point of the sweep)")),
+    ("unread-grid-values", [*SWEEP, "--grid", "privacy.bands=2,4"], None,
+     err("privacy.bands=2 does nothing", "in every point")),
+    ("read-when-chosen", [*RUN, *_set("server.selection=poisson", "server.q=0.3")], None,
+     Reach()),
+    ("read-by-some-sweep-points", [*SWEEP, "--grid", "schedule.name=constant,crd",
+                                   *_set("schedule.beta=0.5")], None, Reach()),
+    ("file-field-left-by-a-switch", ["run", "{tmp}/nm.py", "--out", "{out}", "--no-progress",
+                                     *_set("privacy.formula=calibrated", "rounds=1")],
+     file_sets_noise_multiplier, Reach()),
+    # a finite value whose derived sensitivity, noise or step a float32 round cannot hold:
+    # refused once the privacy plan is built, before anything compiles (host/overflow.py)
+    *[(f"overflow-{name}", [*RUN, *_set("rounds=2", *sets)], None,
+       err(f"{field}=", needle, "float32 round cannot hold", loads=True))
+      for name, field, needle, sets in OVERFLOWS],
+    ("local-steps-2^31", [*RUN, *_set("client.local_steps=2147483647")], None,
+     err("client.local_steps=2147483647: must be >= 1 and <= 1000000")),
+    ("overflow-none-at-tiny-delta", [*RUN, *_set("privacy.formula=wei_eq10",
+                                                 "privacy.delta=5e-324")], None, Reach()),
+    # the accountants at the extremes of the floats: 0, inf or a refusal, never a
+    # traceback or a warning line
+    ("account-sigma-1e300", [*ACC, "--q", "1", "--sigma", "1e300", "--rounds", "5"], None,
+     Works(check_account("noise multiplier 1e+300, 5 rounds", "PLD (dp_accounting)"),
+           quiet=True)),
+    ("account-sigma-1e300-json", [*ACC, "--q", "1", "--sigma", "1e300", "--rounds", "5",
+                                  "--json"], None,
+     Works(check_epsilons(rdp=0, pld=0, exact=0), quiet=True)),
+    ("account-sigma-1e300-poisson", [*ACC, "--q", "0.5", "--sigma", "1e300", "--rounds", "5",
+                                     "--json", "--accountants", "rdp,pld"], None,
+     Works(check_epsilons(rdp=0, pld=0), quiet=True)),
+    ("account-sigma-max-float-laplace", [*ACC, "--mechanism", "laplace", "--sigma", "1.7e308",
+                                         "--rounds", "5", "--json"], None,
+     Works(check_epsilons(rdp=0, pld=0, exact=5 / 1.7e308), quiet=True)),
+    ("account-sigma-1e-300", [*ACC, "--q", "1", "--sigma", "1e-300", "--rounds", "5",
+                              "--json"], None,
+     Works(check_epsilons(rdp="inf", exact="inf", pld="coarser discretization"), quiet=True)),
+    ("account-sigma-subnormal", [*ACC, "--q", "0.5", "--sigma", "5e-324", "--rounds", "5",
+                                 "--json", "--accountants", "rdp,pld"], None,
+     Works(check_epsilons(rdp="inf", pld="use accountant='rdp'"), quiet=True)),
+    ("account-fixed-size-sigma-1e-300", [*ACC, "--q", "0.1", "--sampling", "fixed_size",
+                                         "--relation", "replace_one", "--sigma", "1e-300",
+                                         "--rounds", "5", "--json", "--accountants", "rdp"],
+     None, Works(check_epsilons(rdp="inf"), quiet=True)),
+    ("account-delta-subnormal", ["account", "--delta", "5e-324", "--sigma", "1", "--rounds",
+                                 "5", "--accountants", "rdp,exact"], None,
+     Works(check_account("RDP (certified)", "exact"), quiet=True)),
+    ("account-ratio-to-1e-300", [*ACC, "--sigma", "1", "--ratio", "1e-300", "--rounds", "2",
+                                 "--json"], None,
+     Works(check_epsilons(rdp="inf", exact="inf", pld="coarser discretization"), quiet=True)),
+    ("account-formula-at-1e300", [*ACC, "--sigma", "1e300", "--rounds", "5", "--formula",
+                                  "wei10", "--accountants", "rdp"], None,
+     Works(check_account("claimed by Wei"), quiet=True)),
+    ("account-calibrate-epsilon-1e300", [*ACC, "--epsilon", "1e300", "--rounds", "5",
+                                         "--accountants", "rdp,exact", "--json"], None,
+     Works(check_calibrated(rdp=1e-6, exact=1e-6), quiet=True)),
+]
+
 
 # ----------------------------------------------------------------------------- the test
 
@@ -748,6 +1042,7 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
     datasets_lib.clear_cache()
     setup(tmp_path, monkeypatch)
   before = _files(tmp_path)
+  contents = {p: p.read_bytes() for p in before} if isinstance(expected, Err) else {}
   _guard(monkeypatch, expected, argv[0] if argv else "")
   capsys.readouterr()
   reached = False
@@ -763,6 +1058,8 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
   assert "Traceback" not in err_text
   if isinstance(expected, Err):
     assert not reached, f"{name}: passed every check and reached the compute"
+    changed = sorted(str(p) for p, data in contents.items() if p.read_bytes() != data)
+    assert not changed, f"{name}: changed {changed}"
     lines = [line for line in err_text.splitlines() if line.strip()]
     assert code == expected.code, (code, err_text)
     assert len(lines) == 1, err_text
@@ -777,6 +1074,7 @@ def test_invocation(case, tmp_path, monkeypatch, capsys, recwarn, request):
     assert reached, f"{name}: exit {code}, stderr {err_text!r}"
   else:
     assert code == 0, (code, err_text)
+    assert not (expected.quiet and err_text.strip()), err_text
     expected.check(tmp_path, out)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _helpers import HANG_S
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,10 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
   if MNIST_DIR.is_dir():  # passed explicitly, as a user would (SMOKE runs use digits)
     monkeypatch.setenv("MNIST_DIR", str(MNIST_DIR))
   nb = nbformat.read(copy, as_version=4)
-  NotebookClient(nb, timeout=600, kernel_name="python3",
+  # The timeouts catch a hang, not a loaded machine: nbclient's default kernel start
+  # limit (60 s) and a 10-minute cell limit both fail when the suite shares two cores
+  # with other work (a kernel that imports jax under a load of 20 takes minutes).
+  NotebookClient(nb, timeout=HANG_S, startup_timeout=HANG_S, kernel_name="python3",
                  resources={"metadata": {"path": str(tmp_path)}}).execute()
   outputs = _outputs(nb)
   errors = [o for o in outputs if o.get("output_type") == "error"]

@@ -10,6 +10,7 @@ the project's output names untouched.
 """
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -438,3 +439,89 @@ def test_sweep_overwrite_and_resume(tmp_path, capsys):
   assert cli.main([*argv, "--grid", "seed=2", "--overwrite"]) == 0
   assert sorted(p.name for p in (out / "points").iterdir()) == ["000-seed=2"]
   assert set(pd.read_csv(out / "sweep.csv")["seed"]) == {2}
+
+
+def _project_dir(tmp_path: Path) -> Path:
+  """A run directory of the project's holding two files it wrote (no compute)."""
+  run = outputs.claim(tmp_path / "r", "run")
+  outputs.atomic_write(run / "config.json", b'{"seed": 0}\n', owned=True)
+  outputs.atomic_write(run / "metrics.png", b"the project's figure", owned=True)
+  return run
+
+
+def test_the_manifest_records_each_file_digest(tmp_path):
+  run = _project_dir(tmp_path)
+  m = outputs.read_manifest(run)
+  assert m["version"] == 2 and m["files"] == ["config.json", "metrics.png"]
+  assert m["sha256"]["metrics.png"] == hashlib.sha256(b"the project's figure").hexdigest()
+  outputs.atomic_write(run / "metrics.png", b"round 2's figure", owned=True)  # rewritten
+  assert outputs.read_manifest(run)["sha256"]["metrics.png"] == hashlib.sha256(
+      b"round 2's figure").hexdigest()
+  assert not outputs.changed(run / "metrics.png")
+
+
+def test_overwrite_refuses_an_edited_file_and_removes_untouched_ones(tmp_path):
+  """The digest rule: an edited file blocks --overwrite (nothing removed) unless
+  --overwrite-edited; untouched files are removed."""
+  run = _project_dir(tmp_path)
+  (run / "config.json").write_text('{"seed": 0, "note": "mine"}\n')  # edited by the user
+  before = _tree(run)
+  with pytest.raises(outputs.OutputError, match=r"config\.json was changed since fedjax-dp "
+                     r"wrote it; nothing was removed .*--overwrite-edited"):
+    outputs.remove_owned(run)
+  assert _tree(run) == before
+  with pytest.raises(outputs.OutputError, match="resuming would replace it"):
+    outputs.claim(run, "run")  # resuming would rewrite it too
+  assert _tree(run) == before
+  outputs.remove_owned(run, outputs.EDITED)
+  assert list(run.iterdir()) == []
+  # Untouched: removed by a plain --overwrite.
+  run = _project_dir(tmp_path / "again")
+  outputs.claim(run, "run", overwrite=True)
+  assert [p.name for p in run.iterdir()] == [outputs.MANIFEST]
+
+
+def test_a_write_killed_before_its_rename_is_not_an_edit(tmp_path):
+  run = _project_dir(tmp_path)
+  # The digest of the new content is recorded, the rename did not happen: the new
+  # content is in the temporary file and the file holds the previous version.
+  new = b"the next figure"
+  outputs.register(run, digests={"metrics.png": hashlib.sha256(new).hexdigest()})
+  (run / ".metrics.png.0123456789abcdef").write_bytes(new)
+  assert not outputs.changed(run / "metrics.png")
+  outputs.remove_owned(run)
+  assert list(run.iterdir()) == []
+
+
+def test_a_checkpoint_is_verified_by_its_own_digest_not_guarded(tmp_path):
+  run = _project_dir(tmp_path)
+  outputs.atomic_write(run / "checkpoint.msgpack", b"state", owned=True)
+  (run / "checkpoint.msgpack").write_bytes(b"stat")  # damage: --overwrite is the remedy
+  outputs.remove_owned(run)
+  assert list(run.iterdir()) == []
+
+
+def test_an_out_file_is_replaced_only_if_it_is_the_projects_unchanged_output(tmp_path):
+  (tmp_path / "mine.png").write_bytes(b"my own figure")
+  with pytest.raises(outputs.OutputError, match=r"mine\.png exists and was not written by "
+                     r"fedjax-dp; --overwrite replaces it"):
+    outputs.check_file(tmp_path / "mine.png", "plot.png", ["png"])
+  assert outputs.check_file(tmp_path / "mine.png", "plot.png", ["png"], overwrite=True)
+  ours = outputs.check_file(tmp_path / "ours.png", "plot.png", ["png"])
+  outputs.atomic_write(ours, b"a plot", owned=True)
+  assert outputs.read_manifest(tmp_path)["kind"] == outputs.FILES_KIND
+  assert outputs.check_file(ours, "plot.png", ["png"]) == ours  # the same command again
+  ours.write_bytes(b"a plot, annotated by hand")
+  with pytest.raises(outputs.OutputError, match="was changed since fedjax-dp wrote it"):
+    outputs.check_file(ours, "plot.png", ["png"])
+  with pytest.raises(outputs.OutputError, match="name of fedjax-dp's list"):
+    outputs.check_file(tmp_path / outputs.MANIFEST, "plot.png")
+  # The folder stays the user's: a run is refused there, naming their file.
+  with pytest.raises(outputs.OutputError, match=r"not written by fedjax-dp \(it holds "
+                     rf"{tmp_path / 'mine.png'}\)"):
+    outputs.claim(tmp_path, "run")
+  # A folder whose only entry is that list (the plot was deleted) is empty.
+  (tmp_path / "empty").mkdir()
+  outputs.atomic_write(tmp_path / "empty/p.png", b"a plot", owned=True)
+  (tmp_path / "empty/p.png").unlink()
+  assert outputs.claim(tmp_path / "empty", "run") and outputs.kind_of(tmp_path / "empty") == "run"

@@ -3,6 +3,7 @@ and the warning when a paper formula's certified epsilon exceeds the requested o
 
 import json
 import math
+import shutil
 from types import SimpleNamespace
 
 import pandas as pd
@@ -219,3 +220,39 @@ def test_budget_warning_only_for_a_requested_epsilon():
 def test_unit_text():
   assert reporting.unit_text("client", "add_remove") == "client-level, add/remove"
   assert math.isnan(plotting._final({}, "epsilon_certified"))
+
+
+def _run_dir(path, seed: int, lr: float = 0.1, loss0: float = 2.0):
+  """A run directory as ``fedjax-dp run`` leaves it (config.json, metrics.csv)."""
+  path.mkdir(parents=True)
+  (path / "config.json").write_text(json.dumps(
+      {"name": "quickstart", "seed": seed, "client": {"lr": lr},
+       "model": {"name": "logistic"}, "data": {"name": "digits"}}))
+  pd.DataFrame(_rows(loss0 * 0.01)).to_csv(path / "metrics.csv", index=False)
+
+
+def test_two_copies_of_one_run_keep_their_own_lines_labelled_by_path(tmp_path):
+  """Issue 50: runs/quickstart and elsewhere/runs/quickstart (both seed 0) are not two
+  seeds: two lines, told apart by their paths."""
+  a, b = tmp_path / "runs/quickstart", tmp_path / "elsewhere/runs/quickstart"
+  _run_dir(a, seed=0)
+  _run_dir(b, seed=0, loss0=3.0)
+  cs = plotting.curves(plotting.load([a, b]))
+  assert [(c.label, c.seeds) for c in cs] == [(f"run={a}", 1), (f"run={b}", 1)]
+  # Names that do not collide label by name; replicates of one config still average.
+  c, s1 = tmp_path / "copy", tmp_path / "seed1"
+  shutil.copytree(a, c)
+  _run_dir(s1, seed=1)
+  cs = plotting.curves(plotting.load([a, c, s1]))
+  assert [(c.label, c.seeds) for c in cs] == [
+      ("seed=0, run=quickstart", 1), ("seed=0, run=copy", 1), ("seed=1", 1)]
+  cs = plotting.curves(plotting.load([a, s1]))
+  assert [(c.label, c.seeds) for c in cs] == [("quickstart (mean of 2 seeds)", 2)]
+
+
+def test_two_sweeps_of_one_name_are_told_apart(seed_sweep, tmp_path):
+  other = tmp_path / "elsewhere" / seed_sweep.name
+  shutil.copytree(seed_sweep, other)
+  cs = plotting.curves(plotting.load([seed_sweep, other]))
+  assert len(cs) == 4 and all(c.seeds == 2 for c in cs)
+  assert cs[0].label == f"sweep={seed_sweep}, epsilon=2 (mean of 2 seeds)"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _helpers import small_config
+from _helpers import HANG_S, small_config
 
 from fedjax_dp import experiment, sharding, sweep
 
@@ -52,15 +52,14 @@ def workload() -> dict:
 def test_eight_devices_match_one(tmp_path):
   path = tmp_path / "eight.json"
   # Added to the suite's XLA flags (tests/conftest.py), which the subprocess keeps.
-  # The timeout catches a hang; it is generous because a loaded 2-core CI machine
-  # takes minutes to compile the eight-device programs.
+  # The timeout catches a hang (HANG_S), not a loaded machine's minutes of compiling.
   flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
   # The checkout first on the path: the subprocess runs this file from tests/, so the
   # package must not depend on being installed (a stale editable install broke it).
   path_env = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
   env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu", PYTHONPATH=path_env)
   proc = subprocess.run([sys.executable, __file__, str(path)], env=env, cwd=ROOT,
-                        capture_output=True, text=True, timeout=900, check=False)
+                        capture_output=True, text=True, timeout=HANG_S, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   eight = json.loads(path.read_text())
   assert eight.pop("num_devices") == 8

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import small_config, toy_federated
+from _helpers import HANG_S, small_config, toy_federated
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, sweep
@@ -249,7 +249,7 @@ def test_streamed_equals_resident_on_four_devices(tmp_path):
              PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                          os.environ.get("PYTHONPATH", "")]))
   proc = subprocess.run([sys.executable, __file__, str(path)], env=env, capture_output=True,
-                        text=True, timeout=900, check=False)
+                        text=True, timeout=HANG_S, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.loads(path.read_text())
   assert got["devices"] == 4 and len(got["device"]) == 8

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import ml_collections
 from ml_collections import config_dict
 
-from fedjax_dp.errors import ConfigError, UserError
+from fedjax_dp.errors import ConfigError, UserError, unreadable
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -309,8 +309,8 @@ def load_config(path: str | Path) -> ConfigDict:
   if path.suffix == ".json":
     try:
       blob = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-      raise ConfigError(f"config file {path}: not valid JSON ({e})") from None
+    except ValueError as e:  # (UnicodeDecodeError is one)
+      raise ConfigError(f"config file {path}: {unreadable(e)}") from None
     return from_dict(blob, str(path))
   if path.suffix not in ("", ".py"):  # a file without a suffix is Python all the same
     raise ConfigError(f"config file {path}: expected a Python file (.py) with get_config() "
@@ -324,23 +324,75 @@ def _load_file(path: Path) -> ConfigDict:
   # An explicit source loader: a file without the .py suffix is Python all the same.
   spec = importlib.util.spec_from_loader(name, SourceFileLoader(name, str(path)))
   module = importlib.util.module_from_spec(spec)
-  try:
+  with _user_code(path, "failed to load"):
     spec.loader.exec_module(module)
-  except Exception as e:  # a config file is user code: say which file failed, and how
-    raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if not hasattr(module, "get_config"):
     raise ConfigError(f"{path} has no get_config()")
-  try:
+  with _user_code(path, "get_config() failed"):
     cfg = module.get_config()
-  except Exception as e:  # user code again
-    raise ConfigError(f"config file {path}: get_config() failed: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
   if isinstance(cfg, ConfigDict):
     if set(_all_keys(base_config())) <= set(_all_keys(cfg)):
       return cfg
     cfg = cfg.to_dict()  # a partial ConfigDict: laid over the defaults like a dict
   return from_dict(cfg, f"{path}: get_config()")
+
+
+@contextlib.contextmanager
+def _user_code(path: Path, what: str):
+  """Runs a config file's code: its errors, and an exit, become one ConfigError naming
+  the file (a wrongly typed assignment to a field in the project's words)."""
+  try:
+    yield
+  except SystemExit as e:  # sys.exit() in a config file: no config, and no run
+    raise ConfigError(f"config file {path}: exited (sys.exit({e.code!r})) instead of "
+                      "returning a config; get_config() must return one") from None
+  except Exception as e:  # a config file is user code: say which file failed, and how
+    typed = _assignment_error(e, path)
+    if typed is not None:
+      raise typed from None
+    raise ConfigError(f"config file {path}: {what}: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
+
+
+_EXPECTED = {float: "a number", int: "an integer", bool: "true or false", str: "a string",
+             tuple: "a tuple, e.g. (1, 2)", list: "a list"}
+
+
+def _assignment_error(error: Exception, path: Path) -> ConfigError | None:
+  """ml_collections' refusal of ``c.privacy.epsilon = '8'`` (a TypeError raised in a
+  ConfigDict's ``__setitem__``) as ``privacy.epsilon='8' in FILE: expected a number``;
+  None for any other error."""
+  if not isinstance(error, TypeError):
+    return None
+  frame, tb = None, error.__traceback__
+  while tb is not None:  # the innermost ConfigDict.__setitem__ holds section, key, value
+    f = tb.tb_frame
+    if f.f_code.co_name == "__setitem__" and isinstance(f.f_locals.get("self"), ConfigDict):
+      frame = f
+    tb = tb.tb_next
+  if frame is None or not isinstance(frame.f_locals.get("key"), str):
+    return None
+  section, key, value = (frame.f_locals[k] for k in ("self", "key", "value"))
+  try:
+    old = section[key]
+  except (KeyError, AttributeError):
+    return None
+  if isinstance(old, ConfigDict):
+    want = f"a section of fields (set them one by one: {_section_name(section)}{key}.<field> = ...)"
+  else:
+    want = _EXPECTED.get(type(old), f"a {type(old).__name__}")
+  return ConfigError(f"{_section_name(section)}{key}={value!r} in {path}: expected {want}")
+
+
+def _section_name(section: ConfigDict) -> str:
+  """``'privacy.'`` for the privacy section of a config (told by its fields), ``''``
+  for the top level or a section the base config does not have."""
+  have = set(section.keys())
+  best, score = "", len(have & set(base_config().keys()))
+  for name, sub in base_config().items():
+    if isinstance(sub, ConfigDict) and len(have & set(sub.keys())) > score:
+      best, score = f"{name}.", len(have & set(sub.keys()))
+  return best
 
 
 def _coerce(value: Any, like: Any) -> Any:
@@ -499,6 +551,7 @@ class Rule(NamedTuple):
 
 
 _U32, _I32 = 2**32 - 1, 2**31 - 1
+MAX_LOCAL_STEPS = 1_000_000  # client.local_steps: a million local steps a round at most
 
 
 def _registry(module: str, name: str, *extra: str):
@@ -537,7 +590,9 @@ FIELD_RULES: dict[str, Rule] = {
     "data.test_samples": Rule("int", 0, _I32),
     "data.placement": Rule("str", choices=_registry("fedjax_dp.data.streaming", "PLACEMENTS")),
     "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
-    "client.local_steps": Rule("int", 1, _I32),
+    # (The privacy layer holds one step size per local step: 2^31 of them would take
+    # tens of GB before any check could run.)
+    "client.local_steps": Rule("int", 1, MAX_LOCAL_STEPS),
     "client.batch_size": Rule("int", 0, _I32),
     "client.minibatch": Rule("str", choices=_fixed("shuffle", "poisson")),
     "client.lr": _POSITIVE,
@@ -785,16 +840,119 @@ def _check_execution(cfg: ConfigDict) -> None:
                       f"Laplace); got {cfg.privacy.placement!r}, {cfg.privacy.mechanism!r}")
 
 
+class Readers(NamedTuple):
+  """A registry whose entries declare the config fields they read (:data:`READERS`).
+
+  Attributes:
+    chooser: the field that picks the entry (``server.selection``).
+    module: the registry's module, imported when a config is checked.
+    reads: ``module -> {entry name: fields it reads}``: each entry's own declaration
+      (a ``reads`` field on the entry, or a table beside a registry of functions).
+  """
+
+  chooser: str
+  module: str
+  reads: Any
+
+
+def _entries_read(registry: str):
+  return lambda m: {n: tuple(e.reads) for n, e in getattr(m, registry).items()}
+
+
+def _schedules_read(m) -> dict[str, tuple[str, ...]]:
+  """A schedule reads its ``PARAMS`` and its entry's ``reads``; the T search
+  (:data:`OPTIMAL_T`, not a schedule) reads ``schedule.t_grid``."""
+  return {**{n: (*(f"schedule.{k}" for k in m.SCHEDULE_PARAMS[n]), *s.reads)
+             for n, s in m.SCHEDULES.items()}, OPTIMAL_T: ("schedule.t_grid",)}
+
+
+def _mechanisms_read(m) -> dict[str, tuple[str, ...]]:
+  """The i.i.d. mechanisms read none of the correlated ones' fields."""
+  correlated = importlib.import_module("fedjax_dp.privacy.correlated").CORRELATED
+  return {n: tuple(correlated[n].reads) if n in correlated else () for n in m.MECHANISMS}
+
+
+# Every registry whose entries read fields that other entries do not: the one place
+# unread_fields() learns what reads what (each registry declares it; looked up by
+# module name at call time, so loading a config imports none of them).
+READERS = (
+    Readers("server.selection", "fedjax_dp.privacy.selection", _entries_read("RULES")),
+    Readers("schedule.name", "fedjax_dp.privacy.schedules", _schedules_read),
+    Readers("privacy.mechanism", "fedjax_dp.privacy.mechanisms", _mechanisms_read),
+    Readers("privacy.formula", "fedjax_dp.privacy.formulas.registry",
+            _entries_read("FORMULAS")),
+    Readers("client.clip_mode", "fedjax_dp.privacy.clip_modes", _entries_read("CLIP_MODES")),
+    Readers("server.clip_rule", "fedjax_dp.privacy.adaptive_clip", _entries_read("CLIP_RULES")),
+    Readers("data.partition", "fedjax_dp.data.partition", lambda m: m.PARTITION_READS),
+)
+
+
+def _value(cfg: ConfigDict, key: str) -> Any:
+  node = cfg
+  for part in key.split("."):
+    node = node[part]
+  return node
+
+
+def unread_fields(cfg: ConfigDict, as_given: ConfigDict | None = None) -> list[str]:
+  """The fields ``cfg`` sets that the objects it picks do not read, one message each.
+
+  A field is read by some entries of a registry (:data:`READERS`: a selection rule, a
+  schedule, a correlated mechanism, a formula, a clip mode, a clip rule, a
+  partition). It is reported when the entry ``cfg`` picks does not read it and it was
+  set: changed from ``as_given`` (the config as its file gave it, before ``--set``),
+  or set in that file away from its default (:func:`base_config`) while the file's
+  own pick does not read it either. A field the file set for its own pick is not
+  reported when ``--set`` picks another entry.
+
+  Args:
+    cfg: the config to run.
+    as_given: the config before the command line's changes; None: ``cfg`` itself.
+  """
+  as_given = cfg if as_given is None else as_given
+  defaults = base_config()
+  out = []
+  for r in READERS:
+    reads = r.reads(importlib.import_module(r.module))
+    chosen, given = _value(cfg, r.chooser), _value(as_given, r.chooser)
+    if chosen not in reads:
+      continue  # an unknown name: the field rules say so
+    for field in dict.fromkeys(f for fields in reads.values() for f in fields):
+      if field in reads[chosen]:
+        continue
+      value, before = _value(cfg, field), _value(as_given, field)
+      changed = value != before
+      if not (changed or (value != _value(defaults, field)
+                          and field not in reads.get(given, ()))):
+        continue
+      readers = [n for n, fields in reads.items() if field in fields]
+      who = (f"every {r.chooser} but {', '.join(repr(n) for n in reads if n not in readers)}"
+             if len(readers) > len(reads) / 2 else
+             f"only {r.chooser} {' or '.join(map(repr, readers))}")
+      out.append(f"{field}={value!r} does nothing: {who} reads it, and this config has "
+                 f"{r.chooser}={chosen!r}")
+  return out
+
+
 def is_optimal_t(cfg: ConfigDict) -> bool:
   """Whether ``cfg`` asks for the T search (:data:`OPTIMAL_T`)."""
   return cfg.schedule.name == OPTIMAL_T
 
 
-def validate(cfg: ConfigDict) -> None:
+def validate(cfg: ConfigDict, *, as_given: ConfigDict | None = None) -> None:
   """Checks values that do not need the data; raises :class:`ConfigError` naming the field.
 
-  The field rules first, then this module's cross-field checks, then each picked
-  mechanism's own (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`)."""
+  The field rules first, then this module's cross-field checks, then (with
+  ``as_given``) the fields that do nothing, then each picked mechanism's own
+  (:data:`SELECTION_CHECKS`, :data:`OWNER_CHECKS`).
+
+  Args:
+    cfg: the config.
+    as_given: the config as its file gave it, before the command line's ``--set``:
+      with it, a field that does nothing (:func:`unread_fields`) is refused too.
+      The commands pass it; a config built in code, e.g. a derived run such as an
+      ``optimal_t`` candidate, is not judged for fields it carries along.
+  """
   check_fields(cfg)
   _check_client_epsilons(cfg)
   _check_data_source(cfg)
@@ -804,4 +962,8 @@ def validate(cfg: ConfigDict) -> None:
   if cfg.privacy.formula == "noise_multiplier" and float(cfg.privacy.noise_multiplier) < 0:
     raise ConfigError(f"privacy.noise_multiplier must be >= 0, got "
                       f"{cfg.privacy.noise_multiplier}")
+  if as_given is not None:  # (before the owners' checks: a field that does nothing first)
+    unread = unread_fields(cfg, as_given)
+    if unread:
+      raise ConfigError(unread[0])
   _check_owners(cfg)

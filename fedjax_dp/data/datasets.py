@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
-import hashlib
 import io
 import json
 import logging
@@ -45,6 +44,7 @@ import numpy as np
 
 from fedjax_dp.data import tabular
 from fedjax_dp.errors import ConfigError, UserError
+from fedjax_dp.files.outputs import sha256_file
 
 
 class Dataset(NamedTuple):
@@ -532,18 +532,10 @@ def _first_line(err: BaseException) -> str:
   return text.splitlines()[0] if text else ""
 
 
-def _sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def _files_source(paths) -> dict:
   """``{"kind": "files", "files": {absolute path: sha256}}`` of the files a loader read."""
   return {"kind": "files",
-          "files": {os.path.abspath(p): _sha256(p) for p in paths if p and os.path.isfile(p)}}
+          "files": {os.path.abspath(p): sha256_file(p) for p in paths if p and os.path.isfile(p)}}
 
 
 def _tabular_files(name: str, data_dir: str | None) -> list[str]:

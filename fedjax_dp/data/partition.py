@@ -710,6 +710,20 @@ PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
 }
 
 
+# The config fields each partitioner reads that not every partitioner reads (beyond
+# data.num_clients and data.samples_per_client, read by nearly all): a config that sets
+# one away from its default with another partition is refused
+# (fedjax_dp.config.unread_fields); partition_clients passes them.
+PARTITION_READS: dict[str, tuple[str, ...]] = {
+    "iid": (), "sorted": (), "natural": (),
+    "k_classes": ("data.classes_per_client",),
+    "dirichlet": ("data.alpha",),
+    "unbalanced": ("data.group_sizes",),
+    "label_skew": ("data.skew", "data.skews", "data.skew_scheme", "data.skew_remainder"),
+    "writer_like": ("data.classes_per_client", "data.size_sigma", "data.dominance"),
+}
+
+
 def partition(labels, method: str, num_clients: int, seed: int, **kwargs) -> list[np.ndarray]:
   """Splits ``labels`` over ``num_clients`` clients with a registered partitioner.
 

@@ -128,7 +128,8 @@ def open_federation(path: str | os.PathLike) -> FederatedData:
     x, y = (np.load(src / n, mmap_mode="r") for n in FILES[:2])
     counts = np.load(src / FILES[2]).astype(np.int32)
   except ValueError as e:  # not an .npy file, truncated header
-    raise ValueError(f"federation directory {str(src)!r}: {e}") from e
+    raise ValueError(f"federation directory {str(src)!r}: {', '.join(FILES)} are not all "
+                     "NumPy .npy arrays (one is another kind of file, or cut short)") from e
   data = FederatedData(x=x, y=y, counts=counts, mask=np.zeros((0, 0), np.float32))
   check_federation(data, repr(str(src)))
   for a in (x, y):  # a cohort reads scattered rows: no readahead around them

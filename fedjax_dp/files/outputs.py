@@ -3,25 +3,39 @@
 Every directory the project writes -- a run, a sweep, a sweep's point, an
 ``optimal_t`` candidate -- holds a manifest, :data:`MANIFEST`::
 
-  {"written_by": "fedjax_dp", "version": 1, "kind": "run",
-   "files": ["checkpoint.msgpack", "config.json", ...], "dirs": ["T=10", ...]}
+  {"written_by": "fedjax_dp", "version": 2, "kind": "run",
+   "files": ["checkpoint.msgpack", "config.json", ...], "dirs": ["T=10", ...],
+   "sha256": {"checkpoint.msgpack": "9f2c...", "config.json": "41ab...", ...}}
 
 ``files`` are the names of the files the project wrote there (added *before* each
-file is first written, so a kill never leaves an unlisted file of ours) and ``dirs``
-the relative paths of the project directories it created inside (each with its own
-manifest; the folders on the way, e.g. a sweep's ``points/``, are the project's too).
-Files are written to a temporary name and renamed (atomic on POSIX) with the mode a
-plain ``open`` gives (``0o666`` less the umask).
+file is first written, so a kill never leaves an unlisted file of ours), ``sha256``
+the digest of each one's content as the project last wrote it (recorded between
+writing the temporary file and renaming it; version 1 manifests have none) and
+``dirs`` the relative paths of the project directories it created inside (each with
+its own manifest; the folders on the way, e.g. a sweep's ``points/``, are the
+project's too). Files are written to a temporary name and renamed (atomic on POSIX)
+with the mode a plain ``open`` gives (``0o666`` less the umask).
+
+A single file named by ``--out`` (a plot, an audit's JSON) is listed the same way in
+its directory's manifest; a directory that is not the project's gets a manifest of
+kind ``'files'`` (:data:`FILES_KIND`) that lists only those files and makes the
+directory no more the project's than it was. :func:`check_file` refuses, before any
+compute, an existing file there that the project did not write, or wrote and the
+user changed since, unless ``overwrite`` (the user named that file).
 
 Rules (:func:`claim`):
 
 * A missing or empty directory is created and gets a manifest.
 * A directory with a manifest of the same kind resumes. Files the user added there
   are left alone, unless one has the name of a file the project is about to write
-  (it would be replaced): that is refused.
+  (it would be replaced), or one of the project's files was changed since it wrote
+  it (resuming rewrites them): that is refused, named.
 * ``overwrite`` removes only the listed files and the project's directories (only
   once empty). If anything else is there, nothing is removed and the first such
-  path is named.
+  path is named. Nor is anything removed if a listed file was changed since the
+  project wrote it (its digest differs: the user edited ``config.json``, replaced
+  ``metrics.png``); the first is named, and only ``overwrite=EDITED`` (the CLI's
+  ``--overwrite-edited``) removes it too.
 * A directory of another kind (a sweep into a run directory, a run into a sweep
   directory or a sweep's point) is refused, with or without ``overwrite``.
 * A non-empty directory without a manifest is refused, with or without
@@ -47,6 +61,8 @@ line naming the path.
 from __future__ import annotations
 
 import errno
+import glob
+import hashlib
 import json
 import os
 import re
@@ -55,11 +71,21 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedjax_dp.errors import UserError
+from fedjax_dp.errors import UserError, unreadable
 
 MANIFEST = ".fedjax_dp.json"
 RUN_KINDS = ("run", "sweep-point", "candidate")
-KINDS = RUN_KINDS + ("sweep",)
+# A directory of the user's in which the project wrote single files (``--out`` of
+# plot and audit): its manifest lists those files only; the directory is not the
+# project's (claim() treats it as a stranger's).
+FILES_KIND = "files"
+KINDS = RUN_KINDS + ("sweep", FILES_KIND)
+# overwrite=EDITED: remove the project's files even where the user changed them since.
+EDITED = "edited"
+# Files whose digest guards nothing of the user's: state the project reads back and
+# verifies itself (host/checkpoint.py refuses a changed checkpoint as corrupt, naming
+# it, and --overwrite is the remedy it names).
+UNGUARDED = ("checkpoint.msgpack",)
 # The files each kind writes (what an older version's directory may hold).
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "metrics.png",
              "checkpoint.msgpack", "model.msgpack", "optimal_t.csv")
@@ -100,12 +126,16 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, owned: bool = False) -
   Args:
     path: the file; missing parent directories are created.
     data: its bytes.
-    owned: a file of a project directory: it is listed in its directory's manifest
-      (if the directory has one) before it is written.
+    owned: a file the project owns: it is listed in its directory's manifest before
+      it is written (a directory without one gets a manifest of kind
+      :data:`FILES_KIND`, or its older version's), and its digest is recorded
+      before the rename.
   """
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  if owned and path.name != MANIFEST:
+  owned = owned and path.name != MANIFEST
+  if owned:
+    _ensure_manifest(path.parent)
     register(path.parent, files=[path.name])
   mode = _umask_mode()
   for _ in range(100):
@@ -121,6 +151,8 @@ def atomic_write(path: str | os.PathLike, data: bytes, *, owned: bool = False) -
     with os.fdopen(fd, "wb") as f:
       os.fchmod(f.fileno(), mode)  # exactly 0o666 & ~umask, whatever the file system
       f.write(data)
+    if owned:  # a kill before the rename leaves tmp, whose digest is the recorded one
+      register(path.parent, digests={path.name: hashlib.sha256(data).hexdigest()})
     os.replace(tmp, path)
   except BaseException:
     if os.path.lexists(tmp):
@@ -143,31 +175,78 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any] | None:
     return None
   try:
     m = json.loads(path.read_text())
-    if not (isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("files"), list)
-            and isinstance(m.get("dirs"), list)):
-      raise ValueError("not a fedjax_dp manifest")
   except (OSError, ValueError) as e:
-    raise OutputError(f"{path}: unreadable ({e}); this directory's files cannot be told "
-                      "apart from others, use another --out") from None
-  return m
+    why = unreadable(e)
+  else:
+    digests = m.get("sha256", {}) if isinstance(m, dict) else None
+    if (isinstance(m, dict) and m.get("kind") in KINDS and isinstance(m.get("files"), list)
+        and isinstance(m.get("dirs"), list) and isinstance(digests, dict)):
+      return {**m, "sha256": digests}  # (version 1 recorded no digests)
+    why = "not a fedjax-dp manifest"
+  raise OutputError(f"{path}: unreadable ({why}); this directory's files cannot be told "
+                    "apart from others, use another --out")
 
 
 def _write_manifest(directory: Path, kind: str, files: Iterable[str] = (),
-                    dirs: Iterable[str] = ()) -> None:
-  m = {"written_by": "fedjax_dp", "version": 1, "kind": kind, "files": sorted(set(files)),
-       "dirs": sorted(set(dirs))}
+                    dirs: Iterable[str] = (), digests: dict[str, str] | None = None) -> None:
+  files = sorted(set(files))
+  m = {"written_by": "fedjax_dp", "version": 2, "kind": kind, "files": files,
+       "dirs": sorted(set(dirs)),
+       "sha256": {n: d for n, d in sorted((digests or {}).items()) if n in files}}
   atomic_write(directory / MANIFEST, (json.dumps(m, indent=1) + "\n").encode())
 
 
 def register(directory: str | os.PathLike, files: Sequence[str] = (),
-             dirs: Sequence[str] = ()) -> None:
-  """Adds ``files`` (names) and ``dirs`` (relative paths) to ``directory``'s
-  manifest, if it has one (a directory without one is not the project's)."""
+             dirs: Sequence[str] = (), digests: dict[str, str] | None = None) -> None:
+  """Adds ``files`` (names), ``dirs`` (relative paths) and the ``digests`` (SHA-256
+  by name, of listed files) to ``directory``'s manifest, if it has one (a directory
+  without one is not the project's)."""
   directory = Path(directory)
   m = read_manifest(directory)
-  if m is None or (set(files) <= set(m["files"]) and set(dirs) <= set(m["dirs"])):
+  if m is None:
     return
-  _write_manifest(directory, m["kind"], [*m["files"], *files], [*m["dirs"], *dirs])
+  known = {**m["sha256"], **(digests or {})}
+  if (set(files) <= set(m["files"]) and set(dirs) <= set(m["dirs"])
+      and known == m["sha256"]):
+    return
+  _write_manifest(directory, m["kind"], [*m["files"], *files], [*m["dirs"], *dirs], known)
+
+
+def _ensure_manifest(directory: Path) -> None:
+  """Gives ``directory`` a manifest if it has none: an older version's run or sweep
+  directory is adopted as such, any other gets one of kind :data:`FILES_KIND`."""
+  if read_manifest(directory) is not None:
+    return
+  found = legacy_kind(directory) if any(directory.iterdir()) else None
+  if found is not None:
+    _adopt(directory, found)
+  else:
+    _write_manifest(directory, FILES_KIND)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+  """The SHA-256 of a file's content (hex), read in 1 MiB blocks."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def changed(path: str | os.PathLike, manifest: dict[str, Any] | None = None) -> bool:
+  """Whether the listed file ``path`` differs from what the project last wrote there.
+
+  False where no digest was recorded (a version 1 manifest) or the file is gone; a
+  write killed between recording the digest and the rename left the recorded
+  content in its temporary file, and the file is the project's previous version.
+  """
+  path = Path(path)
+  m = read_manifest(path.parent) if manifest is None else manifest
+  want = None if m is None else m["sha256"].get(path.name)
+  if want is None or not path.is_file() or path.is_symlink() or sha256_file(path) == want:
+    return False
+  temps = path.parent.glob(f".{glob.escape(path.name)}.*")
+  return not any(_temp_of(t.name) == path.name and sha256_file(t) == want for t in temps)
 
 
 # ---------------------------------------------------------------------------
@@ -230,11 +309,30 @@ def foreign(directory: str | os.PathLike) -> list[Path]:
   return _entries(directory) if m is None else _sort_out(directory, m)[2]
 
 
-def remove_owned(directory: str | os.PathLike) -> None:
+def _first_changed(files: Sequence[Path]) -> Path | None:
+  """The first of the project's ``files`` that was changed since it wrote it."""
+  manifests: dict[Path, dict[str, Any] | None] = {}
+  for p in files:
+    if p.name in (MANIFEST, *UNGUARDED) or _temp_of(p.name):
+      continue
+    if p.parent not in manifests:
+      manifests[p.parent] = read_manifest(p.parent)
+    if changed(p, manifests[p.parent]):
+      return p
+  return None
+
+
+def remove_owned(directory: str | os.PathLike, overwrite: bool | str = True) -> None:
   """Removes what the project wrote under ``directory`` (keeping ``directory``).
 
+  Args:
+    directory: a project directory.
+    overwrite: :data:`EDITED` removes also the project's files that were changed
+      since it wrote them; anything else refuses them.
+
   Raises:
-    OutputError: something else is there (nothing is removed); names the first.
+    OutputError: something else is there, or one of the project's files was changed
+      (nothing is removed); names the first.
   """
   directory = Path(directory)
   m = read_manifest(directory)
@@ -244,6 +342,11 @@ def remove_owned(directory: str | os.PathLike) -> None:
     raise OutputError(f"--out {directory}: --overwrite removes only what fedjax-dp wrote, and "
                       f"{strangers[0]} is not; nothing was removed (move it away or use "
                       "another --out)")
+  edited = None if overwrite == EDITED else _first_changed(files)
+  if edited is not None:
+    raise OutputError(f"--out {directory}: {edited} was changed since fedjax-dp wrote it; "
+                      "nothing was removed (move it away, or --overwrite-edited removes it "
+                      "too)")
   # Manifests last, deepest first: an interrupted removal leaves directories that
   # still say what is theirs.
   files.sort(key=lambda p: (p.name == MANIFEST, -len(p.parts)))
@@ -325,7 +428,8 @@ def legacy_kind(directory: str | os.PathLike) -> str | None:
 def _adopt(directory: Path, kind: str) -> None:
   plan = _legacy_sweep(directory) if kind == "sweep" else _legacy_run(directory, kind)
   for path, k, files, dirs in plan:  # children first, the directory itself last
-    _write_manifest(path, k, files, dirs)
+    _write_manifest(path, k, files, dirs, {n: sha256_file(path / n) for n in files
+                                           if not _temp_of(n)})
 
 
 # ---------------------------------------------------------------------------
@@ -374,8 +478,12 @@ def check_dir(path: str | os.PathLike | None, option: str = "--out") -> Path:
 
 
 def check_file(path: str | os.PathLike | None, default_name: str,
-               suffixes: Sequence[str] | None = None, option: str = "--out") -> Path:
+               suffixes: Sequence[str] | None = None, option: str = "--out", *,
+               overwrite: bool = False) -> Path:
   """Checks, before any compute, an output file and returns the path to write.
+
+  Write it with ``atomic_write(path, data, owned=True)``: it is then listed, with its
+  digest, in its directory's manifest, and the same command may replace it again.
 
   Args:
     path: the path given.
@@ -384,10 +492,13 @@ def check_file(path: str | os.PathLike | None, default_name: str,
     suffixes: the accepted suffixes (without the dot); a path with another or none
       gets the first appended (``fig`` -> ``fig.png``). None: any.
     option: the option's name, for messages.
+    overwrite: replace an existing file that the project did not write, or that it
+      wrote and that was changed since (the user named it).
 
   Raises:
     OutputError: empty; the file's place is a directory, or under a file; no file
-      can be created there.
+      can be created there; the file exists and is not the project's unchanged
+      output (and not ``overwrite``).
   """
   if path is None or not str(path).strip():
     raise OutputError(f"{_option(option, path or '')}: empty path; give a file name")
@@ -398,8 +509,25 @@ def check_file(path: str | os.PathLike | None, default_name: str,
     p = p.with_name(p.name + "." + suffixes[0])
   if p.is_dir():
     raise OutputError(f"{_option(option, path)}: {p} is a directory")
+  if p.name == MANIFEST:
+    raise OutputError(f"{_option(option, path)}: {MANIFEST} is the name of fedjax-dp's list "
+                      "of the files it wrote; choose another name")
   _writable_in(_existing_ancestor(p.parent, option, path), option, path)
+  if os.path.lexists(p) and not overwrite:
+    _check_replaceable(p, option, path)
   return p
+
+
+def _check_replaceable(p: Path, option: str, raw: Any) -> None:
+  """Refuses to replace ``p`` unless the project wrote it and it is unchanged."""
+  m = read_manifest(p.parent)
+  listed = m is not None and p.name in m["files"] and not p.is_symlink()
+  if listed and not changed(p, m):
+    return
+  why = ("was changed since fedjax-dp wrote it" if listed else
+         "exists and was not written by fedjax-dp")
+  raise OutputError(f"{_option(option, raw)}: {p} {why}; --overwrite replaces it (or use "
+                    f"another {option})")
 
 
 def kind_of(directory: str | os.PathLike) -> str | None:
@@ -416,7 +544,7 @@ def _output_names(kind: str) -> tuple[str, ...]:
   return SWEEP_FILES + ("points",) if kind == "sweep" else RUN_FILES
 
 
-def claim(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
+def claim(path: str | os.PathLike, kind: str, *, overwrite: bool | str = False,
           accept: Sequence[str] | None = None, parent: str | os.PathLike | None = None,
           check: Callable[[Path], None] | None = None, option: str = "--out") -> Path:
   """Makes ``path`` a project directory of ``kind`` (see the module docstring).
@@ -424,7 +552,8 @@ def claim(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
   Args:
     path: the directory.
     kind: one of :data:`KINDS`; a new directory's manifest gets it.
-    overwrite: remove what the project wrote there first (only that).
+    overwrite: remove what the project wrote there first (only that, and only what
+      was not changed since; :data:`EDITED`: also what was).
     accept: kinds of an existing directory that may be resumed (default: ``kind``).
     parent: a project directory that ``path`` belongs to (a sweep's point, an
       ``optimal_t`` candidate): ``path`` is listed in its manifest.
@@ -442,13 +571,19 @@ def claim(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
   accept = tuple(accept or (kind,))
   if os.path.lexists(path) and not path.is_dir():  # (a link to a directory is fine)
     raise OutputError(f"{_option(option, path)}: is a file, not a directory")
+  if path.is_dir() and [e.name for e in path.iterdir()] == [MANIFEST] and (
+      read_manifest(path)["kind"] == FILES_KIND):
+    _write_manifest(path, kind)  # it lists only files of ours that are gone: empty
   if path.is_dir() and any(path.iterdir()):
     m = read_manifest(path)
+    if m is not None and m["kind"] == FILES_KIND:  # someone's folder, with a plot of ours
+      m = None
     found = m["kind"] if m else legacy_kind(path)
     if found is None:
+      held = [e for e in _entries(path) if e.name != MANIFEST] or _entries(path)
       raise OutputError(
           f"{_option(option, path)}: not empty and not written by fedjax-dp (it holds "
-          f"{_entries(path)[0]}); use another --out" + (
+          f"{held[0]}); use another --out" + (
               "" if overwrite else " (--overwrite removes only what fedjax-dp wrote)"))
     if found not in accept:
       raise OutputError(f"{_option(option, path)}: is a {found} directory, not a {kind} "
@@ -459,12 +594,17 @@ def claim(path: str | os.PathLike, kind: str, *, overwrite: bool = False,
       if taken:
         raise OutputError(f"{_option(option, path)}: {taken[0]} was not written by fedjax-dp "
                           "and would be replaced; move it away or use another --out")
+      edited = _first_changed(_sort_out(path, m)[0]) if m is not None else None
+      if edited is not None:  # (before check: an edited config.json is not another run's)
+        raise OutputError(f"{_option(option, path)}: {edited} was changed since fedjax-dp wrote "
+                          "it, and resuming would replace it; move it away, or "
+                          "--overwrite-edited starts afresh")
       if check is not None:
         check(path)
     if m is None:  # an older version's: list its files (only once it is to be used)
       _adopt(path, found)
     if overwrite:
-      remove_owned(path)
+      remove_owned(path, overwrite)
   if parent is not None:  # listed before it is created: a kill leaves nothing unlisted
     register(parent, dirs=[path.relative_to(parent).as_posix()])
   try:

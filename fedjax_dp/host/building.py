@@ -22,8 +22,9 @@ from fedjax_dp import config as config_lib
 from fedjax_dp import optimizers
 from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
-from fedjax_dp.data.fingerprint import dataset_fingerprint
 from fedjax_dp.data.federated import pack_federated_data
+from fedjax_dp.data.fingerprint import dataset_fingerprint
+from fedjax_dp.host import overflow
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import (
@@ -158,6 +159,7 @@ def _build(cfg, cache: dict | None, given: tuple) -> Setup:
     except ValueError as e:
       raise config_lib.ConfigError(str(e)) from e
   privacy = make_privacy_plan(inputs)
+  overflow.check(cfg, privacy, inputs.federation.counts, num_params)  # before compiling
   if privacy.validation == "clients" and model.is_regression:
     raise config_lib.ConfigError("schedule.validation='clients' scores accuracy, which a "
                                  "regressor does not have; use schedule.validation='server'")

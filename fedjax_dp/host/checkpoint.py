@@ -47,6 +47,7 @@ from flax import serialization
 
 from fedjax_dp import sharding
 from fedjax_dp.config import ConfigError, UserError, schema
+from fedjax_dp.errors import unreadable
 from fedjax_dp.files import outputs, results
 from fedjax_dp.training import rounds
 
@@ -178,7 +179,7 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
     params = rounds.carried_from_state_dict(params_template, d["params"])
     config = json.loads(d["config"])
   except (KeyError, TypeError, ValueError) as e:
-    raise CheckpointError(f"unreadable checkpoint {path}: {e}") from e
+    raise CheckpointError(f"unreadable checkpoint {path}: {unreadable(e)}") from e
   return state, params, config
 
 
@@ -219,7 +220,7 @@ def save_model(path: str | os.PathLike, params: Any) -> None:
 
 
 def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
-                  overwrite: bool = False) -> None:
+                  overwrite: bool | str = False) -> None:
   """Checks that run directory ``path`` may be written by a run of ``config``, and
   claims it (:func:`fedjax_dp.files.outputs.claim`, kind ``'run'``).
 
@@ -246,8 +247,8 @@ def claim_run_dir(path: str | os.PathLike, config: dict[str, Any], *,
     try:
       have = json.loads(found.read_text())
     except ValueError as e:
-      raise ConfigError(f"--out {path}: unreadable {found} ({e}); use --overwrite to replace "
-                        "it") from e
+      raise ConfigError(f"--out {path}: unreadable {found} ({unreadable(e)}); use --overwrite "
+                        "to replace it") from e
     diff = config_diff(have, config)
     if diff:
       raise ConfigError(f"--out {path} holds a run of a different config "

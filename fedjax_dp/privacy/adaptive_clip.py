@@ -6,14 +6,35 @@ splits the round's budget between the clipped sum and its noisy count.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.privacy import clip_modes
 
-# server.clip_rule: fixed (S = client.clip) | median (Geyer et al. 2017: the cohort's
-# median update norm; data dependent, certified epsilon inf) | private_median (Andrew
-# et al. 2021: S_t from a noisy count of unclipped updates, updated by the host).
-CLIP_RULES = ("fixed", "median", "private_median")
+
+class ClipRule(NamedTuple):
+  """One ``server.clip_rule``.
+
+  Attributes:
+    summary: what sets the server's clip bound S.
+    reads: the config fields the rule reads that not every rule reads: a config
+      that sets one away from its default while picking a rule that does not read
+      it is refused (:func:`fedjax_dp.config.unread_fields`).
+  """
+
+  summary: str
+  reads: tuple[str, ...] = ()
+
+
+CLIP_RULES: dict[str, ClipRule] = {
+    "fixed": ClipRule("S = client.clip"),
+    "median": ClipRule("Geyer et al. 2017: the cohort's median update norm (data "
+                       "dependent: certified epsilon inf)"),
+    "private_median": ClipRule(
+        "Andrew et al. 2021: S_t from a noisy count of unclipped updates, updated by "
+        "the host", reads=("server.clip_quantile", "server.clip_lr",
+                           "server.clip_count_std")),
+}
 
 MEDIAN_REASON = (
     "server.clip_rule='median' (Geyer et al. 2017 as printed): the clip bound S is the "

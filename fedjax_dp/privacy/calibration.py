@@ -263,7 +263,15 @@ def calibrate_noise_multiplier(target_epsilon, delta: float, rounds: int, *, q=1
                                     pld_discretization=pld_discretization)
       return out
 
-  return _out(solve_decreasing(eps_fn, flat, eps_tol=eps_tol).reshape(tgt.shape))
+  # The PLD of a smaller multiplier does not fit (accounting.pld_min_multiplier): a
+  # target reached only below it gets that multiplier (its epsilon is within the target).
+  lower = _MIN_NOISE
+  if accountant == "pld":  # (the schedule's last multiplier is z0 ratio^(rounds - 1))
+    with np.errstate(over="ignore", under="ignore"):
+      last = max(min(1.0, float(ratio) ** (rounds - 1)), 1e-300)
+    lower = min(_MAX_NOISE, max(_MIN_NOISE, accounting.pld_min_multiplier(
+        mechanism, pld_discretization) / last))
+  return _out(solve_decreasing(eps_fn, flat, eps_tol=eps_tol, lower=lower).reshape(tgt.shape))
 
 
 def calibrate_rounds(noise_multiplier, target_epsilon: float, delta: float, *, q=1.0,

@@ -196,7 +196,7 @@ class RoundConfig:
       raise ValueError(f"server.aggregation: unknown {self.aggregation!r}; "
                        f"known: {AGGREGATIONS}")
     if self.clip_rule not in CLIP_RULES:
-      raise ValueError(f"server.clip_rule: unknown {self.clip_rule!r}; known: {CLIP_RULES}")
+      raise ValueError(f"server.clip_rule: unknown {self.clip_rule!r}; known: {list(CLIP_RULES)}")
     if self.clip_rule != "fixed" and not adaptive_clip.server_clip_ok(
         clip_modes.get(self.client.clip_mode), self.client.noise_placement):
       modes = [n for n, m in clip_modes.CLIP_MODES.items() if m.proof.server_clip]

@@ -99,7 +99,12 @@ from fedjax_dp.privacy.accounting.events import (
 )
 from fedjax_dp.privacy.accounting.events import _orders_array as _orders_array  # calibration
 from fedjax_dp.privacy.accounting.exact import _exact_totals, gaussian_delta, gaussian_epsilon
-from fedjax_dp.privacy.accounting.pld import _pld_map
+from fedjax_dp.privacy.accounting.pld import (
+  PLD_MAX_POINTS,
+  _pld_map,
+  pld_min_multiplier,
+  pld_points,
+)
 from fedjax_dp.privacy.accounting.rdp import (
   RdpState,
   event_rdp,
@@ -183,7 +188,7 @@ def supports(event: Event, accountant: str) -> bool:
 
 
 __all__ = ["ACCOUNTANTS", "DEFAULT_ORDERS", "FIXED_SIZE_METHODS", "LEVELS", "MECHANISMS",
-           "RELATIONS", "SAMPLINGS", "Event", "RdpState", "delta", "epsilon", "event_rdp",
-           "gaussian_delta", "gaussian_epsilon", "history_batch_shape", "history_rdp",
-           "rdp_compose", "rdp_delta", "rdp_epsilon", "rdp_epsilon_and_order", "rdp_init",
-           "supports"]
+           "PLD_MAX_POINTS", "RELATIONS", "SAMPLINGS", "Event", "RdpState", "delta", "epsilon",
+           "event_rdp", "gaussian_delta", "gaussian_epsilon", "history_batch_shape",
+           "history_rdp", "pld_min_multiplier", "pld_points", "rdp_compose", "rdp_delta",
+           "rdp_epsilon", "rdp_epsilon_and_order", "rdp_init", "supports"]

@@ -32,7 +32,13 @@ def gaussian_epsilon(mu, delta: float) -> np.ndarray:
   """Smallest eps with ``gaussian_delta(mu, eps) <= delta`` (vectorised bisection)."""
   delta = _check_delta(delta)
   mu = np.asarray(mu, dtype=np.float64)
-  hi = np.maximum(1.0, mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0)
+  infinite = np.isinf(mu)  # no noise: eps = inf (set below; searched as mu = 0)
+  mu = np.where(infinite, 0.0, mu)
+  # log(1 / delta), also where 1 / delta overflows (delta below ~5.6e-309)
+  log_inv = math.log(1 / delta) if 1 / delta < math.inf else -math.log(delta)
+  with np.errstate(over="ignore"):
+    hi = np.maximum(1.0, mu * mu / 2 + mu * math.sqrt(2 * log_inv) + 1.0)
+  hi = np.minimum(hi, np.finfo(np.float64).max)
   lo = np.zeros_like(mu)
   zero = gaussian_delta(mu, 0.0) <= delta
   for _ in range(200):
@@ -43,7 +49,7 @@ def gaussian_epsilon(mu, delta: float) -> np.ndarray:
     if np.all(hi - lo <= 1e-13 * np.maximum(1.0, hi)):
       break
   out = np.where(zero, 0.0, hi)
-  return np.where(np.isinf(mu), np.inf, out)
+  return np.where(infinite, np.inf, out)
 
 
 def _exact_totals(history: Sequence[Event]):
@@ -59,14 +65,15 @@ def _exact_totals(history: Sequence[Event]):
     if not np.any(w > 0):
       continue
     mechs.add(e.mechanism)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # 1 / z, 1 / z^2 may reach inf
       inv = np.where(np.isinf(z), 0.0, 1.0 / z)
+      inv2 = inv ** 2
     if e.mechanism == "gaussian":
       if e.is_subsampled and np.any(q[w > 0] < 1):
         raise ValueError(
             "accountant='exact' composes non-subsampled Gaussians only (q = 1); use "
             f"accountant='rdp' (certified) or 'pld' for sampling={e.sampling!r} with q < 1")
-      mu2 = mu2 + w * inv ** 2
+      mu2 = mu2 + w * inv2
     else:
       amplify = ((e.sampling == "poisson" and e.relation == "add_remove")
                  or e.sampling == "fixed_size")

@@ -116,7 +116,12 @@ def event_rdp(event: Event, orders=None) -> np.ndarray:
   curves = np.zeros((z.size, orders.size))
   live = weight > 0
   if live.any():
-    curves[live] = _event_curves(event, q[live], z[live], orders) * weight[live, None]
+    # Extreme multipliers (z^2 overflowing, 1 / z^2 overflowing) reach inf and nan in
+    # the bounds' intermediate terms; an RDP value that is nan is unknown, and inf
+    # (no bound at that order) is the conservative value for it.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+      live_curves = _event_curves(event, q[live], z[live], orders) * weight[live, None]
+    curves[live] = np.where(np.isnan(live_curves), np.inf, live_curves)
   return curves.reshape(*shape, orders.size)
 
 

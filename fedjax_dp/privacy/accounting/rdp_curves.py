@@ -24,8 +24,9 @@ _CHUNK_ELEMENTS = 1 << 22
 
 
 def _gaussian_rdp(z: np.ndarray, orders: np.ndarray) -> np.ndarray:
-  """RDP of the Gaussian mechanism, ``alpha / (2 z^2)``. ``z [n]`` -> ``[n, A]``."""
-  with np.errstate(divide="ignore", invalid="ignore"):
+  """RDP of the Gaussian mechanism, ``alpha / (2 z^2)``. ``z [n]`` -> ``[n, A]``
+  (``z^2`` overflowing to inf gives 0, its limit)."""
+  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
     out = orders[None, :] / (2.0 * z[:, None] ** 2)
   out[np.isinf(z)] = 0.0
   return out

@@ -219,6 +219,10 @@ class ClipMode(NamedTuple):
     client: its :class:`ClientHooks` (the client's computation).
     proof: its :class:`Proof` (the sensitivity and what it covers).
     canary: its :class:`Canary` (the audit's canary pair).
+    reads: the config fields the mode reads that not every mode reads (the bound
+      ``client.clip``; ``()`` for ``none``): a config that sets one away from its
+      default while picking a mode that does not read it is refused
+      (:func:`fedjax_dp.config.unread_fields`).
   """
 
   name: str
@@ -226,6 +230,7 @@ class ClipMode(NamedTuple):
   client: ClientHooks
   proof: Proof
   canary: Canary = Canary()
+  reads: tuple[str, ...] = ("client.clip",)
 
   def level(self, placement: str) -> str:
     """The privacy unit of the release at ``placement``."""

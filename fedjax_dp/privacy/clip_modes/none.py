@@ -17,4 +17,5 @@ MODE = base.ClipMode(
     summary="no clipping (non-private training only)",
     client=base.ClientHooks(base.plain_grad, fused=fused.UNCLIPPED),
     proof=base.Proof(base.no_sensitivity),
+    reads=(),
 )

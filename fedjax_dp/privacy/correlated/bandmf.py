@@ -178,4 +178,4 @@ def sample(s: Strategy, key: jax.Array, t: jax.Array, state: PyTree, like: PyTre
 
 
 MECHANISM = CorrelatedNoise(name="bandmf", strategy=strategy, gram=gram, init=init,
-                            sample=sample, banded=True)
+                            sample=sample, banded=True, reads=("privacy.bands",))

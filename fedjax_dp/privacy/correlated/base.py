@@ -79,6 +79,10 @@ class CorrelatedNoise(NamedTuple):
     banded: ``C`` is lower-triangular with at most b nonzero bands (``C_{ts} = 0``
       unless ``0 <= t - s < b``, b = the strategy's band count): what the b-min-sep
       amplification needs (:mod:`fedjax_dp.privacy.correlated.bandmf`).
+    reads: the config fields the mechanism reads that not every ``privacy.mechanism``
+      reads (``privacy.bands``, ``privacy.tree_restart``): a config that sets one away
+      from its default while picking a mechanism that does not read it is refused
+      (:func:`fedjax_dp.config.unread_fields`).
   """
 
   name: str
@@ -87,6 +91,7 @@ class CorrelatedNoise(NamedTuple):
   init: Callable[[Strategy, PyTree], PyTree]
   sample: Callable[..., tuple[PyTree, PyTree]]
   banded: bool = False
+  reads: tuple[str, ...] = ()
 
 
 def pattern_sensitivity_sq(gram: np.ndarray, pattern: np.ndarray) -> np.ndarray:

@@ -119,4 +119,4 @@ def node_noise(s: Strategy, key: jax.Array, like: PyTree):
 
 
 MECHANISM = CorrelatedNoise(name="tree", strategy=strategy, gram=gram, init=init,
-                            sample=sample)
+                            sample=sample, reads=("privacy.tree_restart",))

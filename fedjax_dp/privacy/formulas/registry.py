@@ -52,6 +52,10 @@ class Formula(NamedTuple):
     paper_sensitivity: None, or ``(inputs, counts [U]) -> [U] | None`` the
       sensitivity the paper sizes its noise and its claim with, when it differs from
       the true one (the plan's ``claimed_sensitivity``).
+    reads: the config fields the formula reads that not every formula reads
+      (``privacy.noise_multiplier``): a config that sets one away from its default
+      while picking a formula that does not read it is refused
+      (:func:`fedjax_dp.config.unread_fields`).
   """
 
   noise_scale: Callable[..., np.ndarray]
@@ -61,6 +65,7 @@ class Formula(NamedTuple):
   accountant_sized: bool = False
   check: Callable[[Any, Any], None] = _no_check
   paper_sensitivity: Callable[..., np.ndarray | None] | None = None
+  reads: tuple[str, ...] = ()
 
 
 def _wei_eq10_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
@@ -286,7 +291,8 @@ FORMULAS: dict[str, Formula] = {
                         "Wei et al. eq. (10) as printed (overspends above eps ~4.6)"),
     "noise_multiplier": Formula(
         _multiplier_scale, summary="a fixed multiplier, privacy.noise_multiplier (epsilon "
-        "is reported, not requested)", accountant_sized=True),
+        "is reported, not requested)", accountant_sized=True,
+        reads=("privacy.noise_multiplier",)),
     "yuan_eq8": _yuan(_yuan_eq8_scale, _yuan_eq8_claimed, "gaussian",
                       "Yuan et al. Remark 3 (eq. (8), theta = 1) with the paper's "
                       "Delta_s = 2C/|D_k|"),

@@ -182,4 +182,5 @@ def check(inputs) -> None:
                       f"rounds: eval.every={p.eval_every} must divide it")
 
 
-SCHEDULE = Schedule(init, plan, observe, check)
+SCHEDULE = Schedule(init, plan, observe, check,
+                    reads=("schedule.validation", "schedule.val_noise_multiplier"))

@@ -80,12 +80,17 @@ class Schedule(NamedTuple):
       :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, a run this schedule cannot run
       or bound (``fedjax_dp.errors.ConfigError`` naming the field); called by
       :func:`fedjax_dp.privacy.schedules.check_config` when the schedule is picked.
+    reads: the config fields the schedule reads beyond its ``PARAMS`` (which it
+      reads as ``schedule.<name>``) that not every schedule reads: a config that
+      sets one away from its default while picking a schedule that does not read it
+      is refused (:func:`fedjax_dp.config.unread_fields`).
   """
 
   init: Callable[[NoiseContext], Any]
   plan: Callable[[Any, int], RoundPlan]
   observe: Callable[[Any, int, Mapping[str, float]], Any]
   check: Callable[[Any], None] = no_check
+  reads: tuple[str, ...] = ()
 
 
 def budget_from_noise(noise: np.ndarray, rounds: int) -> np.ndarray:

@@ -72,6 +72,9 @@ class SelectionRule(NamedTuple):
       matrix mechanism with ``b <= period`` bands is then amplified
       (:mod:`fedjax_dp.privacy.correlated.bandmf`).
     summary: one line for the catalog (``fedjax-dp list``).
+    reads: the config fields the rule reads that not every rule reads (dotted keys,
+      e.g. ``server.q``): a config that sets one away from its default while picking
+      a rule that does not read it is refused (:func:`fedjax_dp.config.unread_fields`).
   """
 
   sample: Callable[..., np.ndarray]
@@ -90,6 +93,7 @@ class SelectionRule(NamedTuple):
   groups: Callable[[int, int, float, int], np.ndarray] | None = None
   min_sep_poisson: bool = False
   summary: str = ""
+  reads: tuple[str, ...] = ()
 
 
 def poisson_cap(num_clients: int, q: float) -> int:

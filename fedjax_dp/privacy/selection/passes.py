@@ -95,4 +95,5 @@ CYCLIC_POISSON = SelectionRule(
     period=lambda u, k, q: rounds_per_pass(u, k), groups=_cyclic_groups,
     min_sep_poisson=True,
     summary="cyclic's groups of K; each client of round t's group with probability "
-            "server.q (b-min-sep: amplifies BandMF)")
+            "server.q (b-min-sep: amplifies BandMF)",
+    reads=("server.q",))

@@ -47,7 +47,8 @@ POISSON = SelectionRule(
     sample=_poisson, slots=lambda u, k, q: poisson_cap(u, q), q=lambda u, k, q: float(q),
     deterministic=False, sampling=random_sampling("poisson"),
     max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: 0,
-    check=check_rate, summary="each client independently with probability server.q")
+    check=check_rate, summary="each client independently with probability server.q",
+    reads=("server.q",))
 ALL = SelectionRule(
     sample=_all, slots=lambda u, k, q: u, q=lambda u, k, q: 1.0,
     deterministic=False, sampling=full_sampling,

@@ -85,7 +85,8 @@ def _wasserstein_rule(sample, field: str, summary: str) -> SelectionRule:
       deterministic=True, sampling=full_sampling,
       max_participations=lambda u, k, q, t: t, min_cohort=lambda u, k, q: k,
       weights=_adpfl_weights(field), assumption=PUBLIC_HISTOGRAMS,
-      relation="replace_one", check=check_cohort, summary=summary)
+      relation="replace_one", check=check_cohort, summary=summary,
+      reads=("server.wasserstein_metric",))
 
 
 WASSERSTEIN_TOPK = _wasserstein_rule(
