@@ -9,11 +9,16 @@ Every ``results/<name>_meta.json`` (:func:`save_meta`) records what is needed to
 its CSVs again: the command (relative to the repository root), the git commit of the
 code that ran (``-dirty`` when ``fedjax_dp/`` or ``experiments/`` had uncommitted
 changes outside ``results/``), the package versions, a hash of the resolved configs
-the command ran (:func:`run_sweep` / :func:`note_configs`) and the CSVs it wrote.
+the command ran (:func:`run_sweep` / :func:`note_configs`), the CSVs it wrote, what
+each of its decisions reads (``decisions``, :func:`config_decisions`: a reported test
+accuracy is honest only if no decision read the test set, or the paper states that
+it does) and the CPU that ran it (``cpu_model`` and its SIMD ``cpu_flags``,
+:func:`cpu_info`): DP rows are bit-exact only on the CPU that made them, since XLA
+picks its kernels by the vector units it finds.
 ``python -m fedjax_dp.reproduction regenerate experiments/<paper>/results/<name>``
 re-runs that command into a fresh directory and prints, per CSV and numeric column,
 the largest absolute difference to the committed file
-(:func:`regenerate`).
+(:func:`regenerate`), and says when this CPU is not the one that made the result.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -39,6 +45,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "fedjax_dp")
 _CONFIGS: list[str] = []
 _OUTPUTS: list[str] = []
 _COMMIT: list[str] = []  # the commit when the first config was noted (before compute)
+_DECISIONS: list[dict[str, Any]] = []  # what the noted runs' decisions read
 
 
 def final_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -81,6 +88,14 @@ def write_csv(results_dir: Path, df: pd.DataFrame, name: str) -> Path:
   return path
 
 
+def note_outputs(*names: str) -> None:
+  """Adds CSV file names (written without :func:`write_csv`) to this process's
+  meta.json ``outputs``."""
+  for name in names:
+    if name not in _OUTPUTS:
+      _OUTPUTS.append(name)
+
+
 def git_commit(root: Path = ROOT) -> str:
   """HEAD of the repository holding ``root``, ``-dirty`` when ``fedjax_dp/`` or
   ``experiments/`` (outside ``results/`` folders, which the command itself writes)
@@ -108,6 +123,101 @@ def package_versions() -> dict[str, str | None]:
   return out
 
 
+# The vector-unit flags that decide which kernels XLA's CPU backend emits (recorded
+# beside the model name: two CPUs of one name can expose different flags in a VM).
+SIMD_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
+              "avx512bw", "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile", "asimd", "sve", "sve2")
+# What an old meta.json's CPU is: the field did not exist when it was written.
+CPU_UNKNOWN = "unknown (recorded before cpu_model)"
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+  """``{'cpu_model': name, 'cpu_flags': [the SIMD_FLAGS it has]}`` of this machine.
+
+  Args:
+    cpuinfo: the text of ``/proc/cpuinfo`` (default: read it; elsewhere the model is
+      :func:`platform.processor` and the flags are unknown, an empty list).
+  """
+  if cpuinfo is None:
+    try:
+      cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+      cpuinfo = ""
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    key, sep, value = line.partition(":")
+    if sep:
+      fields.setdefault(key.strip(), value.strip())
+  model = (fields.get("model name") or fields.get("Model") or fields.get("cpu model")
+           or platform.processor() or platform.machine() or "unknown")
+  flags = set((fields.get("flags") or fields.get("Features") or "").split())
+  return {"cpu_model": model, "cpu_flags": [f for f in SIMD_FLAGS if f in flags]}
+
+
+def cpu_difference(meta: Mapping[str, Any], here: Mapping[str, Any] | None = None) -> str | None:
+  """A line saying how this CPU differs from the one a meta.json recorded (None: the
+  same model and flags)."""
+  here = cpu_info() if here is None else here
+  made = meta.get("cpu_model")
+  if not made or made == CPU_UNKNOWN:
+    return (f"the CPU that made this result is unknown (recorded before cpu_model); this "
+            f"one is {here['cpu_model']} ({' '.join(here['cpu_flags']) or 'no flags'}): "
+            "DP rows may differ in their last digits")
+  flags = meta.get("cpu_flags")
+  if made == here["cpu_model"] and (flags is None or list(flags) == list(here["cpu_flags"])):
+    return None
+  return (f"made on {made} ({' '.join(flags or []) or 'flags unknown'}), re-run on "
+          f"{here['cpu_model']} ({' '.join(here['cpu_flags']) or 'no flags'}): another "
+          "CPU, so DP rows may differ in their last digits")
+
+
+# Where a decision's input comes from (``decisions[].reads``): the test set the results
+# are reported on, or data that is not it.
+READS_TEST = "test set"
+READS_CLIENTS = "the selected clients' data (noised, charged by the accountant)"
+# Decisions whose paper states that they read the test loss (quoted): a faithful
+# reproduction keeps them, and the meta says so.
+PAPER_STATED = {
+    "crd": ("Wei et al. CRD's discount trigger", '"V(w^t) is the test loss by the model w^t"'),
+    "optimal_t": ("Wei et al. optimal UDP's T (the lowest final loss of the T grid)",
+                  "the optimal T of Figs. 5/6, chosen on the plotted test loss"),
+    "refine": ("Yuan et al.'s online refinement of M", '"If the test loss function value at '
+               'the aggregator stops decreasing, then a new M\' is calculated"'),
+}
+
+
+def decision(what: str, reads: str, quote: str | None = None) -> dict[str, Any]:
+  """One ``decisions`` entry: ``paper_states`` is true when ``quote`` (the paper's
+  words) says the decision reads what it reads."""
+  return {"decision": what, "reads": reads, "paper_states": quote is not None,
+          **({"paper": quote} if quote else {})}
+
+
+def config_decisions(cfg) -> list[dict[str, Any]]:
+  """What the decisions a run of ``cfg`` makes read: A-DPFL's noise decay reads its
+  score (``schedule.validation``), CRD's trigger, Yuan's refinement and optimal UDP's
+  choice read the test loss, as their papers state (:data:`PAPER_STATED`)."""
+  name = str(cfg.schedule.name)
+  if name == "adpfl":
+    clients = cfg.schedule.get("validation", "server") == "clients"
+    return [decision("A-DPFL noise decay (eq. (15)): the validation score",
+                     READS_CLIENTS if clients else READS_TEST)]
+  if name == "geometric" and float(cfg.schedule.get("refine", 0.0)):
+    name = "refine"
+  if name in PAPER_STATED:
+    what, quote = PAPER_STATED[name]
+    return [decision(what, READS_TEST, quote)]
+  return []
+
+
+def note_decision(entry: Mapping[str, Any]) -> None:
+  """Adds a :func:`decision` this process made outside a run's config (a calibration's
+  choice of setting) to its meta.json's ``decisions``."""
+  if dict(entry) not in _DECISIONS:
+    _DECISIONS.append(dict(entry))
+
+
 def config_digest(cfg) -> str:
   """SHA-256 of one resolved config (a ConfigDict or a mapping), keys sorted."""
   from fedjax_dp.files import results
@@ -128,8 +238,11 @@ def run_commit() -> str:
 def note_configs(cfgs: Iterable[Any] | Mapping[Any, Any]) -> None:
   """Adds resolved configs to what this process's :func:`save_meta` hashes."""
   run_commit()
-  values = cfgs.values() if isinstance(cfgs, Mapping) else cfgs
+  values = list(cfgs.values() if isinstance(cfgs, Mapping) else cfgs)
   _CONFIGS.extend(config_digest(c) for c in values)
+  for c in values:
+    for entry in config_decisions(c) if hasattr(c, "schedule") else ():
+      note_decision(entry)
 
 
 def configs_hash(digests: Sequence[str] | None = None) -> str | None:
@@ -146,6 +259,48 @@ def run_sweep(cfg, grid, out_dir=None, **kwargs):
   return sweep.run_sweep(cfg, grid, out_dir, **kwargs)
 
 
+# Schedules whose noise reads the round's metrics (CRD's test loss, A-DPFL's score,
+# Yuan's refinement): their epsilon follows only from a real run.
+ADAPTIVE_SCHEDULES = ("crd", "adpfl")
+
+
+def accounted_epsilon(cfg, *, cache: dict | None = None) -> dict[str, float]:
+  """The claimed and certified epsilon a run of ``cfg`` ends with, from the run loop's
+  host side alone (the schedule's noise plan, the selection and the accountant of
+  :class:`fedjax_dp.host.run_loop.RunLoop`), without training: the numbers a run's
+  last metrics row records, for a result whose CSV kept only the claimed one.
+
+  Exact for schedules whose noise does not read the metrics; the loop records zero
+  metrics and a zero test loss.
+
+  Args:
+    cfg: the run's config.
+    cache: a :func:`fedjax_dp.host.building.build` cache shared by many calls.
+
+  Returns:
+    ``{'epsilon_claimed', 'epsilon_certified', 'rounds'}`` after the last round.
+
+  Raises:
+    ValueError: the schedule's noise reads the metrics (:data:`ADAPTIVE_SCHEDULES`,
+      ``geometric`` with ``schedule.refine``).
+  """
+  from fedjax_dp import experiment
+  name = str(cfg.schedule.name)
+  if name in ADAPTIVE_SCHEDULES or (name == "geometric"
+                                    and float(cfg.schedule.get("refine", 0.0))):
+    raise ValueError(f"schedule {name!r} reads the round's metrics: its epsilon follows "
+                     "only from a real run")
+  loop = experiment.RunLoop(cfg, experiment.build(cfg, cache=cache), None)
+  while (args := loop.plan_round()) is not None:
+    zero = {"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0,
+            "num_selected": float(np.sum(args.sel_mask))}
+    loop.record(zero, (0.0, 0.0) if loop.wants_eval else None, 0.0,
+                0.0 if loop.wants_validation else None)
+  last = loop.rows[-1]
+  return {"epsilon_claimed": float(last["epsilon_claimed"]),
+          "epsilon_certified": float(last["epsilon_certified"]), "rounds": int(last["round"])}
+
+
 def command_line(argv: Sequence[str] | None = None) -> str:
   """``python <script> <args>`` with the script relative to the repository root (the
   directory :func:`regenerate` runs it from), shell-quoted."""
@@ -157,7 +312,7 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 
 
 def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **extra) -> dict:
-  """Writes ``results_dir/<name>_meta.json``: wall time, machine, command, commit,
+  """Writes ``results_dir/<name>_meta.json``: wall time, machine (:func:`cpu_info`), command, commit,
   package versions, the hash of the resolved configs (``configs`` and those noted by
   :func:`note_configs` / :func:`run_sweep`) and the CSVs this process wrote."""
   import jax
@@ -165,9 +320,11 @@ def save_meta(results_dir: Path, name: str, start: float, *, configs=None, **ext
     note_configs(configs)
   results_dir.mkdir(parents=True, exist_ok=True)
   meta = dict(wall_seconds=round(time.time() - start, 1), device=str(jax.devices()[0]),
-              cpu_count=os.cpu_count(), command=command_line(), commit=run_commit(),
+              cpu_count=os.cpu_count(), **cpu_info(), command=command_line(),
+              commit=run_commit(),
               versions=package_versions(), configs_sha256=configs_hash(),
-              configs=len(_CONFIGS), outputs=list(_OUTPUTS), **extra)
+              configs=len(_CONFIGS), outputs=list(_OUTPUTS), decisions=list(_DECISIONS),
+              **extra)
   (results_dir / f"{name}_meta.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
   print(f"{name}: {meta['wall_seconds']} s")
   return meta
@@ -275,20 +432,21 @@ def _run_in_process(argv: Sequence[str], env: Mapping[str, str]) -> None:
   import runpy
   script = ROOT / argv[1]
   saved = (dict(os.environ), list(sys.argv), list(sys.path), list(_CONFIGS), list(_OUTPUTS),
-           list(_COMMIT), sys.modules.pop("common", None))
+           list(_COMMIT), list(_DECISIONS), sys.modules.pop("common", None))
   os.environ.update(env)
   sys.argv[:] = [str(script), *argv[2:]]
   sys.path.insert(0, str(script.parent))
-  del _CONFIGS[:], _OUTPUTS[:], _COMMIT[:]
+  del _CONFIGS[:], _OUTPUTS[:], _COMMIT[:], _DECISIONS[:]
   try:
     runpy.run_path(str(script), run_name="__main__")
   finally:
     os.environ.clear()
     os.environ.update(saved[0])
-    sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:], _COMMIT[:] = saved[1:6]
+    (sys.argv[:], sys.path[:], _CONFIGS[:], _OUTPUTS[:], _COMMIT[:],
+     _DECISIONS[:]) = saved[1:7]
     sys.modules.pop("common", None)
-    if saved[6] is not None:
-      sys.modules["common"] = saved[6]
+    if saved[7] is not None:
+      sys.modules["common"] = saved[7]
 
 
 def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool = False,
@@ -311,7 +469,8 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
 
   Returns:
     :func:`compare_results`'s rows (the CSVs the meta.json lists, else every CSV the
-    command wrote or rewrote), one per CSV and numeric column.
+    command wrote or rewrote), one per CSV and numeric column; ``attrs['cpu']`` is
+    :func:`cpu_difference` (None when this CPU is the one that made the result).
 
   Raises:
     RegenerateError: see :func:`recorded_command`; ``out`` is not empty; the command
@@ -343,7 +502,11 @@ def regenerate(result: str | Path, out: str | Path | None = None, *, smoke: bool
                           f"its script must read {paper.upper()}_RESULTS and "
                           f"{paper.upper()}_RUNS")
   names = meta.get("outputs") or written
-  return pd.DataFrame(compare_results(out / "results", results_dir, names))
+  table = pd.DataFrame(compare_results(out / "results", results_dir, names))
+  table.attrs["cpu"] = cpu_difference(meta)
+  if table.attrs["cpu"]:
+    print(f"regenerate {name}: {table.attrs['cpu']}", flush=True)
+  return table
 
 
 def _seed_inputs(results_dir: Path, new_results: Path) -> None:
@@ -378,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table.to_string(index=False))
   worst = pd.to_numeric(table.get("max_abs_diff"), errors="coerce").max() if len(table) else 0.0
   print(f"largest absolute difference: {worst:.6g}")
+  print(f"CPU: {table.attrs.get('cpu') or 'the one that made the result'}")
   return 0
 
 

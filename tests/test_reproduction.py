@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -142,3 +143,32 @@ def test_max_abs_diff_leaves_out_wall_clock_columns():
   new = pd.DataFrame({"v": [1.0], "wall_s": [3.0], "sweep_seconds": [9.0]})
   old = pd.DataFrame({"v": [1.0], "wall_s": [2.0], "sweep_seconds": [1.0]})
   assert repro.max_abs_diff(new, old) == {"v": 0.0}
+
+
+def test_accounted_epsilon_is_the_run_loop_s_without_training():
+  """The host-only loop gives a real run's last claimed and certified epsilon, and
+  refuses a schedule whose noise reads the metrics."""
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment
+  cfg = config_lib.override(config_lib.load_config("quickstart"), [
+      "rounds=3", "data.num_clients=4", "data.samples_per_client=20",
+      "server.clients_per_round=2", "privacy.formula=wei_eq10", "progress=false",
+      "server.client_chunk=0"])
+  last = experiment.run(cfg).rows[-1]
+  got = repro.accounted_epsilon(cfg)
+  assert got["rounds"] == 3
+  np.testing.assert_allclose([got["epsilon_claimed"], got["epsilon_certified"]],
+                             [last["epsilon_claimed"], last["epsilon_certified"]], rtol=1e-12)
+  cfg.schedule.name = "crd"
+  with pytest.raises(ValueError, match="reads the round's metrics"):
+    repro.accounted_epsilon(cfg)
+
+
+def test_cpu_difference_names_an_unknown_or_other_cpu():
+  here = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2"]}
+  assert repro.cpu_difference({"cpu_model": "AMD EPYC", "cpu_flags": ["avx2"]}, here) is None
+  assert "unknown" in repro.cpu_difference({"cpu_model": repro.CPU_UNKNOWN}, here)
+  assert "another CPU" in repro.cpu_difference(
+      {"cpu_model": "Intel Xeon", "cpu_flags": ["avx512f"]}, here)
+  info = repro.cpu_info("processor\t: 0\nmodel name\t: Test CPU\nflags\t: fpu avx2 avx512f\n")
+  assert info == {"cpu_model": "Test CPU", "cpu_flags": ["avx2", "avx512f"]}
