@@ -177,11 +177,12 @@ def tune(name: str, cfg, rounds: int, seeds, tag: str) -> tuple[float, pd.DataFr
   return chosen, fin, df
 
 
-def dp_points(name: str, cfg, lr: float, seeds, tag: str) -> pd.DataFrame:
-  """Every DP point of ``name`` at server lr ``lr`` (eps in EPSILONS x seeds)."""
+def dp_points(name: str, cfg, lr: float, seeds, tag: str, suffix: str = "") -> pd.DataFrame:
+  """Every DP point of ``name`` at server lr ``lr`` (eps in EPSILONS x seeds), run
+  under ``RUNS/<tag>_<name>_dp<suffix>``."""
   sets, _ = OPTIMIZERS[name]
   return _sweep(cfg, {"privacy.epsilon": list(EPSILONS), "seed": list(seeds)},
-                RUNS / f"{tag}_{name}_dp", [*sets, f"server.lr={lr}"])
+                RUNS / f"{tag}_{name}_dp{suffix}", [*sets, f"server.lr={lr}"])
 
 
 def plot(table: pd.DataFrame, curves: pd.DataFrame, title: str, path: Path) -> None:
