@@ -34,19 +34,40 @@ import study  # pylint: disable=wrong-import-position
 from fedjax_dp import reproduction as repro  # study.py put the repository on the path
 
 
+def write(name: str, frames, start: float, **meta) -> pd.DataFrame:
+  """Writes the CSVs and the meta.json of the points run so far."""
+  out = pd.concat(frames, ignore_index=True)
+  cols = ["optimizer", "server.lr", "chosen", "privacy.epsilon", "seed", "test_accuracy",
+          "test_loss", "epsilon_certified", "noise_mean"]
+  repro.write_csv(study.RESULTS, out[cols], name)
+  table = repro.mean_std(out, ["optimizer", "server.lr", "chosen", "privacy.epsilon"],
+                         ["test_accuracy", "test_loss"])
+  repro.write_csv(study.RESULTS, table, name + "_table")
+  repro.save_meta(study.RESULTS, name, start, points=len(out), **meta)
+  return table
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--task", choices=sorted(study.TASKS), default="digits_mlp")
   parser.add_argument("--below", type=int, default=1,
                       help="half-decades below the chosen rate to run")
+  parser.add_argument("--optimizers", default=",".join(study.OPTIMIZERS),
+                      help="comma-separated, in the order to run them")
   args = parser.parse_args(argv)
   start = time.time()
   task = study.TASKS[args.task]
   cfg = study.task_config(task, task.rounds, task.client_lr)
   tuning = pd.read_csv(study.RESULTS / f"{args.task}_tuning.csv")
   chosen = pd.read_csv(study.RESULTS / f"{args.task}.csv")
-  frames = [chosen[chosen["privacy.epsilon"] != np.inf].assign(chosen=True)]
-  for opt, t in tuning.groupby("optimizer", sort=False):
+  chosen = chosen[chosen["privacy.epsilon"] != np.inf].assign(chosen=True)
+  name = f"{args.task}_lr_under_dp"
+  frames, done = [], []
+  for opt in args.optimizers.split(","):
+    t = tuning[tuning["optimizer"] == opt]
+    if t.empty:
+      continue
+    frames.append(chosen[chosen["optimizer"] == opt])
     score = t.groupby("server.lr")["tune_train_loss"].mean()
     best = float(t.loc[t["chosen"], "server.lr"].iloc[0])
     lower = [lr for lr in score.index if lr < best * (1 - 1e-6)]
@@ -57,15 +78,8 @@ def main(argv=None):
           **{"server.lr": float(lr)}, optimizer=opt)
       frames.append(repro.final_rows(rows).assign(chosen=False))
       print(f"{opt} server lr {lr:g}: {time.time() - t0:.0f} s", flush=True)
-  out = pd.concat(frames, ignore_index=True)
-  cols = ["optimizer", "server.lr", "chosen", "privacy.epsilon", "seed", "test_accuracy",
-          "test_loss", "epsilon_certified", "noise_mean"]
-  name = f"{args.task}_lr_under_dp"
-  repro.write_csv(study.RESULTS, out[cols], name)
-  table = repro.mean_std(out, ["optimizer", "server.lr", "chosen", "privacy.epsilon"],
-                         ["test_accuracy", "test_loss"])
-  repro.write_csv(study.RESULTS, table, name + "_table")
-  repro.save_meta(study.RESULTS, name, start, points=len(out), below=args.below)
+    done.append(opt)
+    table = write(name, frames, start, below=args.below, optimizers_done=done)
   print(table.to_string(index=False))
 
 
