@@ -59,7 +59,6 @@ TO_REMAKE = {
     "adpfl2022/baseline_calibration": _CALIBRATION,
     "fu2023/baseline_calibration": _CALIBRATION,
     "wei2021/baseline_calibration": _CALIBRATION,
-    "wei2021/baseline_calibration_rounds": _CALIBRATION,
     "yuan2023/baseline_calibration": _CALIBRATION,
 }
 
