@@ -69,6 +69,11 @@ def _cmd_run(args) -> int:
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
         f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}, privacy unit "
         f"{s['privacy_unit']}; outputs in {args.out}")
+  if s.get("stop_reason") not in (None, "rounds"):
+    print(f"stopped early: {s['stop_detail']}")  # why the run is shorter than rounds
+  if s.get("noise_fit", 1.0) != 1.0:
+    print(f"noise fitted: the schedule's noise x {s['noise_fit']:.4f}, so its planned "
+          "rounds certify at most the requested epsilon")
   if s.get("epsilon_warning"):
     print(s["epsilon_warning"], file=sys.stderr)
   return 0 if s["status"] != "diverged" else 3

@@ -25,8 +25,10 @@ from fedjax_dp import sharding
 from fedjax_dp.config import noise_identity, schema
 from fedjax_dp.files.results import METRIC_COLUMNS, RunDir, RunResult
 from fedjax_dp.host import checkpoint as ckpt_lib
+from fedjax_dp.host import schedule_fit
 from fedjax_dp.host.building import Setup
 from fedjax_dp.privacy import reporting
+from fedjax_dp.privacy.formulas import registry as formulas
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.privacy.schedules import NoiseContext, get_schedule
@@ -69,8 +71,13 @@ class RunLoop:
   directory and returns the :class:`RunResult`.
 
   A run stops at the schedule's horizon, on a non-finite loss (``diverged``), or --
-  with ``privacy.enforce_budget`` -- before a round whose release would push the
-  certified epsilon past the target (``budget_exhausted``).
+  with ``privacy.enforce_budget``, or a formula that promises the target
+  (``privacy.formula='calibrated'``, :attr:`Formula.meets_target`) -- before a round
+  whose release would push the certified epsilon past the target
+  (``budget_exhausted``). Under such a formula an open-loop schedule's noise is first
+  fitted to the certified accountant (:func:`fedjax_dp.host.schedule_fit.fit`), so its
+  planned rounds fit. Why the run stopped is :attr:`stop_reason` (a code) and
+  :attr:`stop_detail` (a sentence), both in ``summary.json``.
 
   With a run directory and ``checkpoint.every = N > 0``, the caller saves a
   checkpoint (:mod:`fedjax_dp.host.checkpoint`) whenever :attr:`checkpoint_due` (every N
@@ -91,7 +98,6 @@ class RunLoop:
     # then the run directory (none depends on another).
     ctx = noise_context(cfg, setup.privacy)
     self.schedule = get_schedule(cfg.schedule.name)
-    self.state = self.schedule.init(ctx)
     self.acct = self.privacy.accountant_init()
     self.unit = reporting.privacy_unit(self.privacy)  # metrics.csv's privacy_unit column
     stored = schema.stamped(cfg.to_dict())  # config.json, written once restored
@@ -106,6 +112,7 @@ class RunLoop:
     self.checkpoint_every = int(cfg.checkpoint.every) if "checkpoint" in cfg else 0
     self.rows: list[dict[str, Any]] = []
     self.status, self.diverged_round = "completed", None
+    self.stop_reason, self.stop_detail = None, None
     self.running = True
     self.t = 0
     self.horizon = int(cfg.rounds)
@@ -127,6 +134,17 @@ class RunLoop:
     self.columns = METRIC_COLUMNS + (("clip_bound", "clip_count")
                                      if self.clip_rule != "fixed" else ()) + (
                                          ("val_accuracy",) if self.validate_clients else ())
+    # A formula that promises the target: fit an open-loop schedule's planned noise to
+    # the certified accountant (schedule_fit), and stop before any overspend (plan_round).
+    self.meets_target = (formulas.get_formula(self.privacy.formula).meets_target
+                         and not self.privacy.noiseless)
+    self.noise_fit = 1.0
+    if self.meets_target and self.schedule.open_loop(ctx.params):
+      self.state, self.noise_fit = schedule_fit.fit(self.schedule, ctx, self.privacy,
+                                                    self.cohort, self._max_rounds,
+                                                    self._validates)
+    else:
+      self.state = self.schedule.init(ctx)
     ckpt = Path(out_dir) / ckpt_lib.FILENAME if out_dir else None
     if ckpt is not None and ckpt.exists():
       self._restore(ckpt)
@@ -156,6 +174,13 @@ class RunLoop:
     if self.clip_rule == "private_median" and self.rows:  # S_t follows from the last row
       last = self.rows[-1]
       self.clip_bound = self._next_clip(float(last["clip_bound"]), float(last["clip_count"]))
+
+  def _validates(self, t: int) -> bool:
+    """Whether round ``t`` releases the validation score (``schedule.validation``)."""
+    return self.validate_clients and (t + 1) % self.adjust_every == 0
+
+  def _stop(self, reason: str, detail: str) -> None:
+    self.stop_reason, self.stop_detail = reason, detail
 
   def _expected_cohort(self) -> float:
     """m: the expected number of clients per round (K, or q U)."""
@@ -198,6 +223,7 @@ class RunLoop:
     if self.checkpoint_every:
       self.save_checkpoint(params, wall)
     self.status, self.running = "interrupted", False
+    self._stop("interrupted", f"interrupted after {self.t} rounds")
     return self.finish(wall, params, **extra)
 
   @property
@@ -239,11 +265,17 @@ class RunLoop:
     plan = self.schedule.plan(self.state, t) if t < self._max_rounds else None
     if plan is None or plan.stop:
       self.running = False
+      if t >= int(cfg.rounds):
+        self._stop("rounds", f"ran its {t} configured rounds")
+      else:
+        self._stop("schedule_horizon",
+                   f"schedule.name={cfg.schedule.name!r} stopped after {t} of rounds="
+                   f"{int(cfg.rounds)} (the schedule's own horizon: its budget rule)")
       return None
     self.horizon = plan.horizon
     client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
     # Deterministic rules (round robin) are charged for the clients that take part.
-    validate = self.validate_clients and (t + 1) % self.adjust_every == 0
+    validate = self._validates(t)
     new_acct = privacy.accountant_step(self.acct, client_noise, central_noise,
                                        selected=idx[sel > 0], validate=validate)
     val_std = -1.0
@@ -253,8 +285,22 @@ class RunLoop:
           privacy.val_noise_multiplier * validation_sensitivity(counts))
     certified = privacy.certified_epsilon(new_acct)
     # Each client against its own target (privacy.client_epsilons).
-    if cfg.privacy.enforce_budget and privacy.over_budget(new_acct):
+    if self.meets_target and t == 0 and privacy.over_budget(new_acct):
+      # Not one round fits: refuse rather than run nothing (before any training).
+      raise config_lib.ConfigError(
+          f"privacy.formula={privacy.formula!r}: round 1 alone certifies epsilon "
+          f"{certified:.3f} > privacy.epsilon={privacy.target_epsilon:g} (the releases "
+          f"the formula does not size, e.g. schedule.validation={privacy.validation!r} "
+          f"at privacy.val_noise_multiplier={privacy.val_noise_multiplier:g}, take it "
+          "all): raise privacy.epsilon or the validation noise")
+    if (cfg.privacy.enforce_budget or self.meets_target) and privacy.over_budget(new_acct):
       self.status, self.running = "budget_exhausted", False
+      why = ("privacy.enforce_budget" if cfg.privacy.enforce_budget else
+             f"privacy.formula={privacy.formula!r} never certifies more than it asks")
+      self._stop("budget_exhausted",
+                 f"stopped after {t} of rounds={int(cfg.rounds)}: round {t + 1} would "
+                 f"certify epsilon {certified:.3f} > privacy.epsilon="
+                 f"{privacy.target_epsilon:g} ({why})")
       return None
     evaluate = (t + 1) % cfg.eval.every == 0 or t + 1 >= plan.horizon
     self._pending = _Pending(plan, new_acct, certified, idx, sel, evaluate, val_std)
@@ -304,6 +350,7 @@ class RunLoop:
     self.rows.append(row)
     if not (math.isfinite(row["train_loss"]) and (not p.evaluate or math.isfinite(test_loss))):
       self.status, self.diverged_round, self.running = "diverged", self.t + 1, False
+      self._stop("diverged", f"non-finite loss in round {self.t + 1}")
       return
     observed = {k: v for k, v in row.items() if isinstance(v, (int, float))}
     if self.validate_clients:
@@ -345,6 +392,8 @@ class RunLoop:
         privacy=privacy.describe(), wall_seconds=round(wall, 3),
         seconds_per_round=round(wall / max(len(rows), 1), 5),
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
+        stop_reason=self.stop_reason, stop_detail=self.stop_detail,
+        noise_fit=self.noise_fit,
         noise_stream_id=noise_identity.stream_hex(self.stream),
         noise_seed=cfg.privacy.get("noise_seed", ""),
         data_fingerprint=self.setup.data_fingerprint,
