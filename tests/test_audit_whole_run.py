@@ -45,3 +45,15 @@ def test_whole_run_audit_catches_noise_div10_and_no_clip():
 def test_whole_run_audit_refuses_what_it_does_not_cover(sets, match):
   with pytest.raises(ValueError, match=match):
     audit_run(small_config(RUN, **sets), AuditOptions(trials=20))
+
+
+def test_cli_whole_run_audit(capsys):
+  from _helpers import QUICKSTART
+
+  from fedjax_dp import cli
+  sets = [x for k, v in {**RUN, "server.client_chunk": 0, "server.clients_per_round": 10}.items()
+          for x in ("--set", f"{k}={v}")]
+  assert cli.main(["audit", str(QUICKSTART), "--whole-run", "--trials", "40",
+                   "--variant", "late_noise_div10", *sets]) == 0
+  text = capsys.readouterr().out
+  assert "every round of 4" in text and "the run's 4 rounds" in text
