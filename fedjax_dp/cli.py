@@ -25,6 +25,7 @@ shapes starts sooner (:mod:`fedjax_dp.compile_cache`); ``FEDJAX_DP_COMPILATION_C
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -74,6 +75,11 @@ def _cmd_run(args) -> int:
         f"rounds in {s['wall_seconds']:.1f} s; certified epsilon {s['epsilon_certified']:.3f} "
         f"(claimed {s['epsilon_claimed']:.3f}) at delta {s['delta']:g}, privacy unit "
         f"{s['privacy_unit']}; outputs in {args.out}")
+  if s.get("stop_reason") not in (None, "rounds"):
+    print(f"stopped early: {s['stop_detail']}")  # why the run is shorter than rounds
+  if s.get("noise_fit", 1.0) != 1.0:
+    print(f"noise fitted: the schedule's noise x {s['noise_fit']:.4f}, so its planned "
+          "rounds certify at most the requested epsilon")
   if s.get("epsilon_warning"):
     print(s["epsilon_warning"], file=sys.stderr)
   return 0 if s["status"] != "diverged" else 3
@@ -180,14 +186,16 @@ def _cmd_audit(args) -> int:
   out = None if args.out is None else outputs.check_file(args.out, "audit.json",
                                                           overwrite=args.overwrite)
   try:
-    from fedjax_dp.audit import AuditOptions, audit
+    from fedjax_dp.audit import RUN_VARIANTS, AuditOptions, audit, audit_run
     from fedjax_dp.audit.estimators import INSTALL_HINT, available
   except ImportError as e:  # pragma: no cover - the audit is part of the package
     raise UserError(str(e)) from None
   opts = AuditOptions(
       trials=_number(int, "audit.trials", args.trials),
       significance=_number(float, "audit.significance", args.significance),
-      seed=_number(int, "audit.seed", args.seed), variant=args.variant,
+      seed=_number(int, "audit.seed", args.seed),
+      # The whole run has its own variants (checked by audit_run).
+      variant="none" if args.whole_run and args.variant in RUN_VARIANTS else args.variant,
       noise_scale=None if args.noise_scale is None else _number(
           float, "audit.noise_scale", args.noise_scale),
       claimed_sensitivity=None if args.claimed_sensitivity is None else _number(
@@ -205,21 +213,27 @@ def _cmd_audit(args) -> int:
   if not available():
     raise UserError(INSTALL_HINT)
   try:
-    r = audit(cfg, opts)
+    r = (audit_run(cfg, dataclasses.replace(opts, variant=args.variant)) if args.whole_run
+         else audit(cfg, opts))
   except ValueError as e:  # audit() documents ValueError for an option or config it refuses
     if isinstance(e, UserError):
       raise
     raise UserError(str(e)) from e
   print(f"audit of {args.config}: {r.placement} {r.mechanism} noise, {r.clip_mode} clipping, "
         f"{r.level}-level canaries, variant {r.variant}; {r.trials} trials "
-        f"({r.trials_in} with the canary), one round, delta {r.delta:g}")
+        f"({r.trials_in} with the canary), "
+        f"{f'every round of {r.rounds}' if args.whole_run else 'one round'}, delta {r.delta:g}")
   print(f"  empirical lower bound  epsilon >= {r.epsilon_lower:.3f}  (Clopper-Pearson, "
         f"confidence {1 - r.significance:.0%}; one-run {r.epsilon_one_run:.3f}; Gaussian-DP "
         f"estimate {r.epsilon_gdp:.3f})")
   run_eps = ("not computed (--no-run-certificate)" if math.isnan(r.epsilon_certified_run)
              else f"{r.epsilon_certified_run:.3f}")
-  print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (this round, the "
-        f"run's own accountant; {run_eps} for the run's {r.rounds} rounds)")
+  if args.whole_run:
+    print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (the run's "
+          f"{r.rounds} rounds, its own accountant)")
+  else:
+      print(f"  certified upper bound  epsilon <= {r.epsilon_certified:.3f}  (this round, the "
+          f"run's own accountant; {run_eps} for the run's {r.rounds} rounds)")
   print(f"  ratio lower / upper    {r.ratio:.3f}"
         + ("  -- ABOVE 1: the certificate does not hold" if r.ratio > 1 else ""))
   if out is not None:
@@ -291,7 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--seed", default="0", help="seed of the trials (default 0)")
   p.add_argument("--variant", default="none",
                  help="break the mechanism on purpose: none, noise_div10, no_clip, "
-                 "shared_noise_key")
+                 "shared_noise_key; with --whole-run also late_noise_div10")
+  p.add_argument("--whole-run", action="store_true",
+                 help="audit the whole run: every trial runs all its rounds and the "
+                 "adversary sees every round's release (central placement)")
   p.add_argument("--noise-scale", default=None, help="run with this noise scale instead")
   p.add_argument("--claimed-sensitivity", default=None,
                  help="certify with this sensitivity instead of the plan's")

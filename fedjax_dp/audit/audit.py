@@ -472,7 +472,10 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   if sparse is None:
     # L1 clipping bounds the L2 norm by C only for a gradient on one axis (the L1
     # ball's vertices), so L1 clip modes get the sparse canary whatever the noise.
-    sparse = plan.mechanism == "laplace" or plan.poisson_steps or hint.sparse
+    # A hidden cohort (central noise, random rule) needs coordinates no other client
+    # moves: a sparse canary on the quietest feature (:func:`_direction`).
+    sparse = (plan.mechanism == "laplace" or plan.poisson_steps or hint.sparse
+              or _hidden_cohort(plan, options))
   scale = options.canary_scale
   if scale is None:
     scale = hint.example_scale if level == "example" else 100.0
@@ -489,12 +492,34 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   return pair._replace(y=pair.y.at[:, options.target, :rows].set(label.astype(pair.y.dtype)))
 
 
-def _direction(setup, params, pair, target, lr, clip, restrict: bool):
+def _others_span(clean, params, pair, target, lr, clip) -> np.ndarray:
+  """``[P, r]`` an orthonormal basis of the span of every other client's noiseless
+  update (``update - params``, on the data both datasets share)."""
+  flat = np.asarray(_flat(params), np.float64)
+  cols = [np.asarray(clean(params, pair, 0, jnp.int32(i), lr, clip,
+                           jnp.float32(pair.counts[0, i])), np.float64) - flat
+          for i in range(int(pair.counts.shape[1]))
+          if i != int(target) and int(pair.counts[0, i]) > 0]
+  if not cols:
+    return np.zeros((flat.size, 0))
+  q, r = np.linalg.qr(np.stack(cols, axis=1))
+  return q[:, np.abs(np.diag(r)) > 1e-9 * max(np.abs(np.diag(r)).max(), 1e-30)]
+
+
+def _direction(setup, params, pair, target, lr, clip, restrict: bool,
+               restrict_clients: bool = False):
   """``(v, c_in, c_out)``: the unit difference of the target's noiseless releases and
   the releases themselves. Poisson minibatches take every example (``q = 1``) for
   them, and (``restrict``) ``v`` keeps the coordinates that the other examples leave
   unchanged: there the release moves only by the canary's own (sampled or not)
-  gradient and the noise, not by which other examples the lane's batch drew."""
+  gradient and the noise, not by which other examples the lane's batch drew.
+
+  ``restrict_clients`` (central noise under a random selection rule, inclusion-aware
+  as for Poisson minibatches): ``v`` is made orthogonal to every other client's
+  noiseless update (the adversary computes them, as it computes the target's), so the
+  projection of the aggregate sees the target's contribution (when it is drawn) and
+  the noise, not which other clients the lane's hidden cohort drew (their spread
+  would otherwise drown noise/10)."""
   ccfg = setup.round_cfg.client
   if ccfg.minibatch == "poisson":
     ccfg = dataclasses.replace(ccfg, batch_size=int(pair.x.shape[2]))
@@ -508,6 +533,12 @@ def _direction(setup, params, pair, target, lr, clip, restrict: bool):
     untouched = c_out == _flat(params)
     if float(jnp.linalg.norm(jnp.where(untouched, v, 0.0))) > 0:
       v = jnp.where(untouched, v, 0.0)
+  if restrict_clients:
+    basis = _others_span(clean, params, pair, target, lr, clip)
+    v64 = np.asarray(v, np.float64)
+    v64 = v64 - basis @ (basis.T @ v64)
+    if np.linalg.norm(v64) > 1e-6 * float(jnp.linalg.norm(v)):
+      v = jnp.asarray(v64, jnp.float32)
   norm = float(jnp.linalg.norm(v))
   if not norm > 0:
     raise ValueError("the canary pair leaves the target's release unchanged: nothing to "
@@ -665,6 +696,25 @@ def _check(cfg, setup, options: AuditOptions) -> np.ndarray | None:
   return fixed_ids
 
 
+def _hidden_cohort(privacy, options: AuditOptions) -> bool:
+  """Central noise whose cohort the adversary does not see (a random rule's draw, no
+  fixed ``cohort``): the canary must be inclusion-aware (:func:`_direction`)."""
+  return (privacy.placement == "central" and not privacy.rule.deterministic
+          and options.cohort is None)
+
+
+def _default_target(privacy, plan: _Plan, options: AuditOptions) -> int:
+  """The canary's client: under a deterministic rule (without ``cohort``) the first
+  client the run selects in round 1 (top-K may never select 0); under a rule with
+  eligibility groups (cyclic_poisson) the first client eligible in round 1 (client 0
+  may not be, and a canary never drawn shows nothing); else client 0."""
+  if privacy.rule.deterministic and options.cohort is None:
+    return int(np.asarray(plan.args.idx)[np.asarray(plan.args.sel_mask) > 0][0])
+  if privacy.groups is not None and options.cohort is None:
+    return int(np.flatnonzero(np.asarray(privacy.groups) == 0)[0])
+  return 0
+
+
 def _scores(setup, options: AuditOptions, params, pair, plan: _Plan, lanes: _Lanes,
             fixed_ids) -> np.ndarray:
   """``[A, n]`` every attack's score of every trial; a trial in which the attacked
@@ -672,7 +722,8 @@ def _scores(setup, options: AuditOptions, params, pair, plan: _Plan, lanes: _Lan
   privacy, u, n = setup.privacy, setup.num_clients, int(options.trials)
   t = options.target
   direction = _direction(setup, params, pair, t, np.asarray(plan.args.lr, np.float32),
-                         np.float32(lanes.clip), restrict=privacy.poisson_steps)
+                         np.float32(lanes.clip), restrict=privacy.poisson_steps,
+                         restrict_clients=_hidden_cohort(privacy, options))
   ids = np.asarray([t] + ([(t + 1) % u] if u > 1 else []))
   if privacy.placement == "central":
     rcfg = setup.round_cfg
@@ -743,11 +794,7 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
                 for f in ("noise_scale", "claimed_sensitivity", "cohort"))
   plan = _run_plan(cfg, setup, options.certify_run and not claimed)
   if options.target is None:
-    # A deterministic rule may never select a given client (top-K): the canary goes to
-    # the first client the run selects in round 1; any client under a random rule.
-    first = int(np.asarray(plan.args.idx)[np.asarray(plan.args.sel_mask) > 0][0]) \
-        if privacy.rule.deterministic and options.cohort is None else 0
-    options = dataclasses.replace(options, target=first)
+    options = dataclasses.replace(options, target=_default_target(privacy, plan, options))
     options.validate()
   if claimed:
     plan = _claimed_plan(cfg, setup, options, plan)

@@ -49,8 +49,10 @@ class RunLoop:
   :meth:`finish` writes the run directory and returns the :class:`RunResult`.
 
   A run stops at the schedule's horizon, on a non-finite loss (``diverged``), or --
-  with ``privacy.enforce_budget`` -- before a round whose release would push the
-  certified epsilon past the target (``budget_exhausted``).
+  with ``privacy.enforce_budget``, or a formula that promises the target
+  (``privacy.formula='calibrated'``) -- before a round whose release would push the
+  certified epsilon past the target (``budget_exhausted``); why is ``summary.json``'s
+  ``stop_reason`` and ``stop_detail`` (:class:`fedjax_dp.host.server.ServerState`).
 
   With a run directory and ``checkpoint.every = N > 0``, the caller saves a
   checkpoint (:mod:`fedjax_dp.host.checkpoint`) whenever :attr:`checkpoint_due` (every N
@@ -124,6 +126,8 @@ class RunLoop:
   test = property(lambda self: self.state.test)
   acct = property(lambda self: self.state.acct)
   clip_bound = property(lambda self: self.state.clip_bound)
+  # The factor the calibrated formula's fit raised an open-loop schedule's noise by.
+  noise_fit = property(lambda self: self.spec.noise_fit)
 
   @property
   def checkpoint_due(self) -> bool:
@@ -151,7 +155,8 @@ class RunLoop:
     self.state = self.state._replace(planned=None)
     if self.checkpoint_every:
       self.save_checkpoint(params, wall)
-    self.state = self.state._replace(status="interrupted", running=False)
+    self.state = self.state.stopped("interrupted", f"interrupted after {self.t} rounds",
+                                    status="interrupted")
     return self.finish(wall, params, **extra)
 
   @property
@@ -228,6 +233,8 @@ class RunLoop:
         privacy=privacy.describe(), wall_seconds=round(wall, 3),
         seconds_per_round=round(wall / max(len(rows), 1), 5),
         device=str(jax.devices()[0].platform), num_params=self.setup.model.num_params(),
+        stop_reason=self.state.stop_reason, stop_detail=self.state.stop_detail,
+        noise_fit=self.spec.noise_fit,
         noise_stream_id=noise_identity.stream_hex(self.stream),
         noise_seed=cfg.privacy.get("noise_seed", ""),
         data_fingerprint=self.setup.data_fingerprint,

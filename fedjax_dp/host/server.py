@@ -12,7 +12,10 @@ In the style of the accountants and the schedules: a run's static description
 :func:`plan_round` draws the cohort, asks the schedule for the round's noise (and
 horizon, and whether to stop), charges the accountant for the round's release (and
 the validation score's), stops before a round that would pass the budget
-(``privacy.enforce_budget``), and sets the private-median clip bound's split;
+(``privacy.enforce_budget``, or a formula that promises the target:
+:attr:`fedjax_dp.privacy.formulas.registry.Formula.meets_target`, whose open-loop
+schedule :func:`spec` first fits to the certified accountant,
+:mod:`fedjax_dp.host.schedule_fit`), and sets the private-median clip bound's split;
 :func:`record` turns the device's metrics into the round's metric row, stops a run
 whose loss is not finite, lets the schedule observe the row, and moves the adaptive
 clip bound. Nothing here reads a file or a device array:
@@ -30,7 +33,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_dp.config import ConfigError
+from fedjax_dp.host import schedule_fit
 from fedjax_dp.privacy import reporting
+from fedjax_dp.privacy.formulas import registry as formulas
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.privacy.schedules import SCHEDULES, NoiseContext, Schedule, get_schedule
@@ -74,6 +80,9 @@ class ServerState(NamedTuple):
     clip_bound: the update clip bound S_t of the next round
       (``server.clip_rule='private_median'``; ``client.clip`` otherwise).
     planned: the planned round awaiting :func:`record`, or None.
+    stop_reason: why the run stopped (``'rounds'``, ``'schedule_horizon'``,
+      ``'budget_exhausted'``, ``'diverged'``, ``'interrupted'``), None while it runs.
+    stop_detail: the same in one sentence (the CLI prints it; ``summary.json``).
   """
 
   t: int
@@ -86,6 +95,12 @@ class ServerState(NamedTuple):
   acct: Any
   clip_bound: float
   planned: Planned | None = None
+  stop_reason: str | None = None
+  stop_detail: str | None = None
+
+  def stopped(self, reason: str, detail: str, **changes: Any) -> ServerState:
+    """The state stopped for ``reason`` (:attr:`stop_reason`), with ``changes``."""
+    return self._replace(running=False, stop_reason=reason, stop_detail=detail, **changes)
 
 
 class ServerSpec(NamedTuple):
@@ -116,6 +131,11 @@ class ServerSpec(NamedTuple):
       ``schedule.validation='clients'``).
     counts: ``[U]`` the clients' example counts (validation's sensitivity), or None.
     regression: the model is a regressor (no accuracy column).
+    meets_target: the formula promises the run certifies at most the target
+      (:attr:`Formula.meets_target`, a noisy plan): stop before a round that passes it.
+    noise_fit: the factor :func:`fedjax_dp.host.schedule_fit.fitted_context` raised an
+      open-loop schedule's noise by so its planned rounds meet the target (1: none).
+    schedule_name: ``schedule.name`` (for the stop's sentence).
   """
 
   privacy: PrivacyPlan
@@ -144,6 +164,9 @@ class ServerSpec(NamedTuple):
   validate_every: int = 0
   counts: np.ndarray | None = None
   regression: bool = False
+  meets_target: bool = False
+  noise_fit: float = 1.0
+  schedule_name: str = ""
 
 
 def noise_context(cfg, privacy: PrivacyPlan) -> NoiseContext:
@@ -167,7 +190,7 @@ def spec(cfg, setup, stream: np.ndarray | None = None) -> ServerSpec:
   ``spec._replace(stream=...)``; :class:`fedjax_dp.host.run_loop.RunLoop` does)."""
   privacy, u, round_cfg = setup.privacy, int(setup.num_clients), setup.round_cfg
   validate = privacy.validation == "clients"
-  return ServerSpec(
+  s = ServerSpec(
       # (the registry's own entry; an unknown name is refused, naming the field)
       privacy=privacy, schedule=SCHEDULES.get(cfg.schedule.name) or get_schedule(
           cfg.schedule.name),
@@ -185,7 +208,23 @@ def spec(cfg, setup, stream: np.ndarray | None = None) -> ServerSpec:
       eval_every=int(cfg.eval.every), enforce_budget=bool(cfg.privacy.enforce_budget),
       validate_every=int(float(cfg.schedule.get("adjust_every", 1))) if validate else 0,
       counts=np.asarray(setup.data.counts) if validate else None,
-      regression=bool(setup.model.is_regression))
+      regression=bool(setup.model.is_regression), schedule_name=str(cfg.schedule.name),
+      meets_target=formulas.get_formula(privacy.formula).meets_target
+      and not privacy.noiseless)
+  if s.meets_target and s.schedule.open_loop(s.context.params):
+    # Play the planned rounds through the certified accountant with the run's own
+    # cohorts; raise the noise by the smallest factor that fits (1: ctx unchanged).
+    context, fit = schedule_fit.fitted_context(
+        s.schedule, s.context, privacy, lambda t: cohort(s, t), s.max_rounds,
+        lambda t: _validates(s, t))
+    s = s._replace(context=context, noise_fit=fit)
+  return s
+
+
+def _validates(spec: ServerSpec, t: int) -> bool:
+  """Whether round ``t`` releases the validation score (A-DPFL, every
+  :attr:`ServerSpec.validate_every` rounds)."""
+  return bool(spec.validate_every) and (t + 1) % spec.validate_every == 0
 
 
 def init(spec: ServerSpec) -> ServerState:
@@ -242,11 +281,15 @@ def plan_round(spec: ServerSpec, state: ServerState) -> tuple[ServerState, Round
   idx, sel = cohort(spec, t)
   plan = spec.schedule.plan(state.schedule, t) if t < spec.max_rounds else None
   if plan is None or plan.stop:
-    return state._replace(running=False), None
+    if t >= spec.rounds:
+      return state.stopped("rounds", f"ran its {t} configured rounds"), None
+    return state.stopped(
+        "schedule_horizon", f"schedule.name={spec.schedule_name!r} stopped after {t} of "
+        f"rounds={spec.rounds} (the schedule's own horizon: its budget rule)"), None
   state = state._replace(horizon=plan.horizon)
   client_noise, central_noise = privacy.device_noise(plan.noise, plan.central_noise)
   # The validation score (A-DPFL) is released after every adjustment round.
-  validate = bool(spec.validate_every) and (t + 1) % spec.validate_every == 0
+  validate = _validates(spec, t)
   val_std = -1.0
   if validate:
     val_std = 0.0 if privacy.noiseless else (
@@ -256,8 +299,21 @@ def plan_round(spec: ServerSpec, state: ServerState) -> tuple[ServerState, Round
                                  selected=idx[sel > 0], validate=validate)
   certified = privacy.certified_epsilon(acct)
   # Each client against its own target (privacy.client_epsilons).
-  if spec.enforce_budget and privacy.over_budget(acct):
-    return state._replace(status="budget_exhausted", running=False), None
+  if spec.meets_target and t == 0 and privacy.over_budget(acct):
+    # Not one round fits: refuse rather than run nothing (before any training).
+    raise ConfigError(
+        f"privacy.formula={privacy.formula!r}: round 1 alone certifies epsilon "
+        f"{certified:.3f} > privacy.epsilon={privacy.target_epsilon:g} (the releases the "
+        f"formula does not size, e.g. schedule.validation={privacy.validation!r} at "
+        f"privacy.val_noise_multiplier={privacy.val_noise_multiplier:g}, take it all): "
+        "raise privacy.epsilon or the validation noise")
+  if (spec.enforce_budget or spec.meets_target) and privacy.over_budget(acct):
+    why = ("privacy.enforce_budget" if spec.enforce_budget else
+           f"privacy.formula={privacy.formula!r} never certifies more than it asks")
+    return state.stopped(
+        "budget_exhausted", f"stopped after {t} of rounds={spec.rounds}: round {t + 1} "
+        f"would certify epsilon {certified:.3f} > privacy.epsilon="
+        f"{privacy.target_epsilon:g} ({why})", status="budget_exhausted"), None
   evaluate = (t + 1) % spec.eval_every == 0 or t + 1 >= plan.horizon
   clip, count_noise = spec.clip, 0.0
   if spec.clip_rule == "private_median":
@@ -317,7 +373,8 @@ def record(spec: ServerSpec, state: ServerState, metrics: Mapping[str, float],
     state = state._replace(clip_bound=next_clip(spec, row["clip_bound"], row["clip_count"]))
   if not (math.isfinite(row["train_loss"])
           and (not p.evaluate or math.isfinite(state.test[0]))):
-    return state._replace(status="diverged", diverged_round=state.t + 1, running=False), row
+    return state.stopped("diverged", f"non-finite loss in round {state.t + 1}",
+                         status="diverged", diverged_round=state.t + 1), row
   observed = {k: v for k, v in row.items() if isinstance(v, (int, float))}
   if spec.validate_every:
     observed.pop("test_accuracy", None)

@@ -56,6 +56,10 @@ class Formula(NamedTuple):
       (``privacy.noise_multiplier``): a config that sets one away from its default
       while picking a formula that does not read it is refused
       (:func:`fedjax_dp.config.unread_fields`).
+    meets_target: the formula promises that the run certifies at most
+      ``privacy.epsilon``: the run loop fits an open-loop schedule's noise to the
+      certified accountant and stops any run before a round that would pass the
+      target (:mod:`fedjax_dp.host.schedule_fit`).
   """
 
   noise_scale: Callable[..., np.ndarray]
@@ -66,6 +70,7 @@ class Formula(NamedTuple):
   check: Callable[[Any, Any], None] = _no_check
   paper_sensitivity: Callable[..., np.ndarray | None] | None = None
   reads: tuple[str, ...] = ()
+  meets_target: bool = False
 
 
 def _wei_eq10_scale(plan: PrivacyPlan, eps: np.ndarray, rounds: int) -> np.ndarray:
@@ -286,7 +291,7 @@ def _fu(scale, mechanism: str, summary: str) -> Formula:
 FORMULAS: dict[str, Formula] = {
     "calibrated": Formula(
         _calibrated_scale, summary="the smallest noise whose certified epsilon meets "
-        "(eps, delta) (default)", accountant_sized=True),
+        "(eps, delta) (default)", accountant_sized=True, meets_target=True),
     "wei_eq10": Formula(_wei_eq10_scale, _wei_eq10_claimed,
                         "Wei et al. eq. (10) as printed (overspends above eps ~4.6)"),
     "noise_multiplier": Formula(

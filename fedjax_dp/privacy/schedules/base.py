@@ -76,6 +76,10 @@ class Schedule(NamedTuple):
 
   Attributes:
     init, plan, observe: the state machine (module docstring).
+    open_loop: ``(params) -> bool`` (``params``: :attr:`NoiseContext.params`): the
+      schedule's noise and stop never read the metrics, so its whole planned
+      sequence is known before round 1 (and the run loop can fit it to the
+      certified accountant, :mod:`fedjax_dp.host.schedule_fit`).
     check: ``(inputs) -> None`` refuses, from
       :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, a run this schedule cannot run
       or bound (``fedjax_dp.errors.ConfigError`` naming the field); called by
@@ -91,6 +95,7 @@ class Schedule(NamedTuple):
   observe: Callable[[Any, int, Mapping[str, float]], Any]
   check: Callable[[Any], None] = no_check
   reads: tuple[str, ...] = ()
+  open_loop: Callable[[Mapping[str, float]], bool] = lambda params: False
 
 
 def budget_from_noise(noise: np.ndarray, rounds: int) -> np.ndarray:

@@ -145,4 +145,4 @@ def observe(state: LinearDecayState, t: int,
   return state._replace(spent=state.spent + charge, rounds=t + 1)
 
 
-SCHEDULE = Schedule(init, plan, observe)
+SCHEDULE = Schedule(init, plan, observe, open_loop=lambda params: True)
