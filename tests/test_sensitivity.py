@@ -118,7 +118,7 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
   plan = plan_from_config(cfg, np.array([N]))
   assert plan.event(np.ones(1)).level == "client"
   np.testing.assert_allclose(plan.sensitivity, 2 * clip * lr * steps)
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+  ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0))
@@ -244,7 +244,7 @@ def central_moves(clip_mode, selection_name, aggregation, k, q, trials=3):
                 "server.aggregation": aggregation, "privacy.placement": "central",
                 "client.clip_mode": clip_mode, "client.clip": clip, "client.lr": lr})
   plan = plan_from_config(cfg, np.asarray(data.counts))
-  rcfg = experiment._client_round_config(cfg)
+  rcfg = experiment.round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
   fn = engine.make_round_fn(MODEL, rcfg)
@@ -351,7 +351,7 @@ def test_every_registered_clip_mode_and_placement_is_searched():
 def _upload_moves(cfg, steps, lr, clip, ord, seed):
   """``[TRIALS]`` how far the noiseless upload moves between neighbouring datasets
   (:func:`_pairs`), computed by the client as the engine configures it."""
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+  ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0))

@@ -432,6 +432,21 @@ def _all_keys(cfg: ConfigDict, prefix: str = "") -> list[str]:
   return keys
 
 
+def as_set_text(value: Any) -> str:
+  """A Python value as ``--set`` text that :func:`override` parses back to it."""
+  if isinstance(value, str):
+    return value
+  if hasattr(value, "item") and not isinstance(value, (list, tuple)):
+    value = value.item()  # numpy scalars
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, float):
+    return repr(value) if math.isfinite(value) else str(value)
+  if isinstance(value, (list, tuple)):
+    return repr(tuple(value))
+  return str(value)
+
+
 def override(cfg: ConfigDict, assignments: Sequence[str]) -> ConfigDict:
   """Applies ``key=value`` strings to a copy of ``cfg``.
 
@@ -518,7 +533,8 @@ FIELD_RULES: dict[str, Rule] = {
     "data.dominance": _UNIT,
     "data.test_samples": Rule("int", 0, _I32),
     "data.placement": Rule("str", choices=_registry("fedjax_dp.data.streaming", "PLACEMENTS")),
-    "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
+    # 'python': a model given from Python (fedjax_dp.api; building refuses it without one).
+    "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS", "python")),
     "client.local_steps": Rule("int", 1, _I32),
     "client.batch_size": Rule("int", 0, _I32),
     "client.minibatch": Rule("str", choices=_fixed("shuffle", "poisson")),
