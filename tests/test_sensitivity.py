@@ -142,8 +142,8 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2, key):
-    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, ord), _dist(a, b, clip_ord)
 
   keys = jax.random.split(jax.random.PRNGKey(5), TRIALS)
@@ -168,8 +168,8 @@ def test_adversarial_search_finds_the_active_set_flip():
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2):
-    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, 2)
 
   d = np.asarray(moved(*_pairs(0, lr, clip)))
@@ -348,9 +348,9 @@ def test_every_registered_clip_mode_and_placement_is_searched():
   assert want <= set(SEARCHED), sorted(want - set(SEARCHED))
 
 
-def _upload_moves(cfg, steps, lr, clip, ord, seed):
+def _upload_moves(cfg, steps, lr, clip, ord, seed, model=MODEL):
   """``[TRIALS]`` how far the noiseless upload moves between neighbouring datasets
-  (:func:`_pairs`), computed by the client as the engine configures it."""
+  (:func:`_pairs`), computed by the client (of ``model``) as the engine configures it."""
   ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
@@ -360,12 +360,32 @@ def _upload_moves(cfg, steps, lr, clip, ord, seed):
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2, key):
-    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, ord)
 
   keys = jax.random.split(jax.random.PRNGKey(3), TRIALS)
   return np.asarray(moved(*_pairs(seed, lr, clip), keys))
+
+
+@pytest.mark.parametrize("clip_mode,steps,batch", [
+    ("per_example_l2", 3, 0), ("per_example_l2", 2, 4), ("update_l2", 3, 0),
+    ("param_l2", 2, 0)])
+def test_a_global_model_term_in_the_loss_stays_within_plan_sensitivity(clip_mode, steps,
+                                                                       batch):
+  """FedProx from Python (fedjax_dp.models.adapters): the proximal term is part of every
+  example's loss, so clipping bounds it with the rest and the plan's sensitivity holds
+  unchanged, even with a strong pull (mu = 5, lr mu > 1)."""
+  from fedjax_dp.models.adapters import UserSpec, fedprox
+  prox = UserSpec(MODEL.module, "hinge", fedprox(5.0), "svm_prox")((2,), 2)
+  lr, clip = 0.5, 1.0
+  cfg = _cfg(**{"client.clip_mode": clip_mode, "client.local_steps": steps,
+                "client.batch_size": batch, "client.lr": lr, "client.clip": clip,
+                "data.num_clients": 1, "server.clients_per_round": 1})
+  plan = plan_from_config(cfg, np.array([N]), num_params=prox.num_params())
+  d = _upload_moves(cfg, steps, lr, clip, 2, 7 + steps, model=prox)
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.0
 
 
 def _half_update_mode() -> clip_modes.ClipMode:
