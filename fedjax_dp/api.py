@@ -176,9 +176,23 @@ class SweepResult:
                          for p, r in zip(self.points, self.runs)])
 
 
-def _given(cfg, fed, model, loss, global_term):
+def _optimizer(side: str, opt: Any):
+  """``(override, optimizer)``: a registered name is the config's ``<side>.optimizer``; an
+  optax transformation (or a :class:`fedjax_dp.optimizers.Optimizer`) is given to the
+  build."""
+  if opt is None:
+    return [], None
+  if isinstance(opt, str):
+    return [f"{side}.optimizer={opt}"], None
+  from fedjax_dp import optimizers
+  if isinstance(opt, optimizers.Optimizer):
+    return [], opt
+  return [], optimizers.from_transformation(opt, name=f"python_{side}")
+
+
+def _given(cfg, fed, model, loss, global_term, client_optimizer=None, server_optimizer=None):
   """``cfg`` made to describe the objects given (data.name, num_clients, partition,
-  model.name), and the build's keyword arguments."""
+  model.name, the optimizers' names), and the build's keyword arguments."""
   if isinstance(fed, str):  # a loader by name: the config's data fields
     cfg = config_lib.override(cfg, [f"data.name={fed}"])
     fed = None
@@ -198,9 +212,15 @@ def _given(cfg, fed, model, loss, global_term):
     sets.append(f"model.name={PYTHON_MODEL}")
   if fed is not None:
     sets += [f"data.name={fed.name}", "data.partition=natural"]
+  kwargs = {"federation": fed, "model": spec}
+  for side, opt in (("client", client_optimizer), ("server", server_optimizer)):
+    more, given = _optimizer(side, opt)
+    sets += more
+    if given is not None:
+      kwargs[f"{side}_optimizer"] = given
   cfg = config_lib.override(cfg, sets)
   config_lib.validate(cfg)
-  return cfg, {"federation": fed, "model": spec}
+  return cfg, kwargs
 
 
 def _with_clients(cfg, fed, explicit: bool):
@@ -239,6 +259,7 @@ def _test_metrics(params, cfg, metrics: Mapping[str, Callable], build_kwargs) ->
 def run(config: Any = None, overrides: Overrides = None, *, federation: Any = None,
         model: Any = None, loss: str | Callable | None = None,
         global_term: Callable | None = None, metrics: Mapping[str, Callable] | None = None,
+        client_optimizer: Any = None, server_optimizer: Any = None,
         out_dir: str | os.PathLike | None = None, overwrite: bool = False) -> Result:
   """Runs one experiment from Python.
 
@@ -251,6 +272,10 @@ def run(config: Any = None, overrides: Overrides = None, *, federation: Any = No
       :func:`user_model`, a zoo name, or None (the config's ``model.name``).
     loss, global_term: see :func:`user_model`.
     metrics: ``{name: (outputs, labels) -> [n]}`` scored on the test set at the end.
+    client_optimizer, server_optimizer: a registered name (``client.optimizer``:
+      sgd, momentum, adam; ``server.optimizer``: fedavg, fedavgm, fedadam, fedyogi) or
+      an ``optax.GradientTransformation`` whose learning rate is inside it (leave
+      ``client.lr`` / ``server.lr`` at their defaults then).
     out_dir: a run directory to write (and resume from), or None (memory only).
     overwrite: replace the project's files in ``out_dir``.
 
@@ -263,7 +288,8 @@ def run(config: Any = None, overrides: Overrides = None, *, federation: Any = No
       not fit the labels, a loss of the wrong shape. All before compute.
   """
   cfg = make_config(config, overrides)
-  cfg, kwargs = _given(cfg, federation, model, loss, global_term)
+  cfg, kwargs = _given(cfg, federation, model, loss, global_term, client_optimizer,
+                       server_optimizer)
   cfg = _with_clients(cfg, kwargs["federation"], _explicit_clients(overrides))
   config_lib.validate(cfg)
   res = experiment.run(cfg, None if out_dir is None else str(out_dir), overwrite=overwrite,
@@ -274,7 +300,8 @@ def run(config: Any = None, overrides: Overrides = None, *, federation: Any = No
 def sweep(config: Any = None, grid: Mapping[str, Sequence[Any]] | None = None,
           overrides: Overrides = None, *, federation: Any = None, model: Any = None,
           loss: str | Callable | None = None, global_term: Callable | None = None,
-          metrics: Mapping[str, Callable] | None = None) -> SweepResult:
+          metrics: Mapping[str, Callable] | None = None, client_optimizer: Any = None,
+          server_optimizer: Any = None) -> SweepResult:
   """Runs every point of ``grid`` (``{dotted key: [values]}``) over the config, points
   that share shapes as one vmapped program (:mod:`fedjax_dp.sweep`); in memory (for a
   sweep directory use ``fedjax-dp sweep`` or :func:`fedjax_dp.sweep.run_sweep`).
@@ -283,7 +310,8 @@ def sweep(config: Any = None, grid: Mapping[str, Sequence[Any]] | None = None,
   """
   import pandas as pd
   cfg = make_config(config, overrides)
-  cfg, kwargs = _given(cfg, federation, model, loss, global_term)
+  cfg, kwargs = _given(cfg, federation, model, loss, global_term, client_optimizer,
+                       server_optimizer)
   cfg = _with_clients(cfg, kwargs["federation"], _explicit_clients(overrides)
                       or "data.num_clients" in (grid or {}))
   points = sweep_lib.expand(cfg, dict(grid or {}))
