@@ -26,26 +26,27 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment, sweep as sweep_lib
+from fedjax_dp import experiment
+from fedjax_dp import sweep as sweep_lib
 from fedjax_dp.config import ConfigError
 from fedjax_dp.data.given import Federation, federation
 from fedjax_dp.models.adapters import PYTHON_MODEL, UserSpec, fedprox
 
+# The package exports these (fedjax_dp/__init__.py, on first use).
 __all__ = [
   "ConfigError",
   "Federation",
   "Result",
   "SweepResult",
-  "fedprox",
   "federation",
+  "fedprox",
   "make_config",
   "run",
   "sweep",

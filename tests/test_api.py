@@ -2,6 +2,7 @@
 from Python with the CLI's validation, the record naming data and model, and one-line
 errors before compute."""
 
+import dataclasses
 import json
 
 import flax.linen as nn
@@ -227,7 +228,6 @@ def test_fedprox_term_reaches_the_clients_loss_and_vmap_equals_a_loop(fed):
   cfg = api.make_config("quickstart", {**SMALL, "client.local_steps": 3,
                                        "client.clip_mode": "per_example_l2"})
   ccfg = experiment.round_config(cfg).client
-  import dataclasses
   ccfg = dataclasses.replace(ccfg, noise_placement="none")
   plain = UserSpec(Tiny(), None, None, "plain")((F,), C)
   prox = UserSpec(Tiny(), None, fd.fedprox(50.0), "prox")((F,), C)
@@ -251,10 +251,9 @@ def test_fedprox_term_reaches_the_clients_loss_and_vmap_equals_a_loop(fed):
   vm = upd(prox)
   loop = [client_lib.client_update(prox, ccfg, params, x[k], y[k], mask[k], keys[k], hp).params
           for k in range(4)]
-  for k in range(4):
-    for a, b in zip(jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda v: v[k], vm)),
-                    jax.tree_util.tree_leaves(loop[k])):
-      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  for a, *b in zip(jax.tree_util.tree_leaves(vm),
+                   *(jax.tree_util.tree_leaves(one) for one in loop)):
+    np.testing.assert_allclose(a, np.stack(b), rtol=1e-5, atol=1e-6)
   moved_plain = dist(jax.tree_util.tree_map(lambda v: v[0], upd(plain)))
   moved_prox = dist(jax.tree_util.tree_map(lambda v: v[0], vm))
   assert 0 < moved_prox < moved_plain  # the proximal term pulls back to w_global

@@ -142,8 +142,8 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2, key):
-    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, ord), _dist(a, b, clip_ord)
 
   keys = jax.random.split(jax.random.PRNGKey(5), TRIALS)
@@ -168,8 +168,8 @@ def test_adversarial_search_finds_the_active_set_flip():
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2):
-    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, 2)
 
   d = np.asarray(moved(*_pairs(0, lr, clip)))

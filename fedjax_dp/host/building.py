@@ -21,9 +21,9 @@ from fedjax_dp import compile_cache
 from fedjax_dp import config as config_lib
 from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
+from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.data.fingerprint import array_digest, dataset_fingerprint
 from fedjax_dp.data.given import Federation
-from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.models import get_model
 from fedjax_dp.models.adapters import PYTHON_MODEL, check_fits
 from fedjax_dp.privacy import selection as selection_lib

@@ -69,7 +69,7 @@ class UserSpec:
   global_term: Callable | None = None
   name: str = "model"
 
-  def __call__(self, input_shape: tuple[int, ...], num_classes: int) -> "UserModel":
+  def __call__(self, input_shape: tuple[int, ...], num_classes: int) -> UserModel:
     kind = _kind(self.model)
     regression = num_classes == 0
     loss = self.loss or ("mse" if regression else "cross_entropy")
@@ -153,7 +153,7 @@ class UserModel(Model):
       return super().per_example_loss(logits, labels)
     return self.loss_fn(logits, labels)
 
-  def anchored(self, global_params) -> "UserModel":
+  def anchored(self, global_params) -> UserModel:
     """This model with the round's global model bound for the global term."""
     if self.global_term is None:
       return self
@@ -229,7 +229,7 @@ def check_fits(model: Model, x: np.ndarray, y: np.ndarray) -> None:
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
   try:
     out = jax.eval_shape(model.apply, shapes, jax.ShapeDtypeStruct(x.shape, jnp.float32))
-  except Exception as e:  # noqa: BLE001 (the user's code: say which shapes failed)
+  except Exception as e:
     raise ValueError(f"model {model.name!r} cannot be applied to inputs of shape "
                      f"{list(x.shape[1:])}: {type(e).__name__}: {e}".splitlines()[0]) from e
   per = tuple(out.shape[1:])
@@ -250,7 +250,7 @@ def check_fits(model: Model, x: np.ndarray, y: np.ndarray) -> None:
                        f"[{model.num_classes}] logits per example")
   try:
     loss = jax.eval_shape(model.per_example_loss, out, jax.ShapeDtypeStruct(y.shape, y.dtype))
-  except Exception as e:  # noqa: BLE001
+  except Exception as e:
     raise ValueError(f"loss {_loss_name(model)!r} fails on outputs {list(out.shape)} and "
                      f"labels {list(y.shape)}: {type(e).__name__}: {e}".splitlines()[0]) from e
   if tuple(loss.shape) != (n,):
