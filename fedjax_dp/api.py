@@ -89,6 +89,13 @@ def make_config(base: Any = None, overrides: Overrides = None):
   Raises:
     ConfigError: unknown keys (with suggestions), bad values, refused combinations.
   """
+  cfg = _config(base, overrides)
+  config_lib.validate(cfg)
+  return cfg
+
+
+def _config(base: Any, overrides: Overrides):
+  """:func:`make_config` before validation (the objects given still to be described)."""
   if base is None:
     cfg = config_lib.base_config()
   elif isinstance(base, (str, os.PathLike)):
@@ -97,9 +104,7 @@ def make_config(base: Any = None, overrides: Overrides = None):
     cfg = config_lib.from_dict(dict(base), "config")
   else:
     cfg = config_lib.from_dict(base.to_dict(), "config")
-  cfg = config_lib.override(cfg, _sets(overrides))
-  config_lib.validate(cfg)
-  return cfg
+  return config_lib.override(cfg, _sets(overrides))
 
 
 def _sets(overrides: Overrides) -> list[str]:
@@ -219,17 +224,16 @@ def _given(cfg, fed, model, loss, global_term, client_optimizer=None, server_opt
     sets += more
     if given is not None:
       kwargs[f"{side}_optimizer"] = given
-  cfg = config_lib.override(cfg, sets)
-  config_lib.validate(cfg)
-  return cfg, kwargs
+  return config_lib.override(cfg, sets), kwargs
 
 
 def _with_clients(cfg, fed, explicit: bool):
   """``data.num_clients`` from the federation unless the user set it (then they must
-  agree, which the builder checks)."""
-  if fed is None or explicit:
-    return cfg
-  return config_lib.override(cfg, [f"data.num_clients={fed.num_clients}"])
+  agree, which the builder checks), and the whole config validated."""
+  if fed is not None and not explicit:
+    cfg = config_lib.override(cfg, [f"data.num_clients={fed.num_clients}"])
+  config_lib.validate(cfg)
+  return cfg
 
 
 def _explicit_clients(overrides: Overrides) -> bool:
@@ -288,11 +292,9 @@ def run(config: Any = None, overrides: Overrides = None, *, federation: Any = No
       that disagrees with the data (``data.num_clients``), a model whose output does
       not fit the labels, a loss of the wrong shape. All before compute.
   """
-  cfg = make_config(config, overrides)
-  cfg, kwargs = _given(cfg, federation, model, loss, global_term, client_optimizer,
-                       server_optimizer)
+  cfg, kwargs = _given(_config(config, overrides), federation, model, loss, global_term,
+                       client_optimizer, server_optimizer)
   cfg = _with_clients(cfg, kwargs["federation"], _explicit_clients(overrides))
-  config_lib.validate(cfg)
   res = experiment.run(cfg, None if out_dir is None else str(out_dir), overwrite=overwrite,
                        build_kwargs=kwargs)
   return _result(res, cfg, out_dir, metrics, kwargs)
@@ -310,9 +312,8 @@ def sweep(config: Any = None, grid: Mapping[str, Sequence[Any]] | None = None,
   Arguments as :func:`run`. Returns a :class:`SweepResult`.
   """
   import pandas as pd
-  cfg = make_config(config, overrides)
-  cfg, kwargs = _given(cfg, federation, model, loss, global_term, client_optimizer,
-                       server_optimizer)
+  cfg, kwargs = _given(_config(config, overrides), federation, model, loss, global_term,
+                       client_optimizer, server_optimizer)
   cfg = _with_clients(cfg, kwargs["federation"], _explicit_clients(overrides)
                       or "data.num_clients" in (grid or {}))
   points = sweep_lib.expand(cfg, dict(grid or {}))

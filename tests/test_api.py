@@ -267,3 +267,14 @@ def test_fedprox_run_from_python(fed):
                model=Tiny(), global_term=fd.fedprox(0.1))
   assert res.summary["data_source"]["model"]["global_term"] == "fedprox(mu=0.1)"
   assert np.isfinite(res.metrics["test_loss"].iloc[-1])
+
+
+def test_the_cohort_is_checked_against_the_federations_clients(fed, no_compute):
+  # quickstart has 10 clients; the federation's 20 are what K=20 is checked against.
+  with pytest.raises(AssertionError, match="a round ran"):
+    fd.run("quickstart", {**SMALL, "server.clients_per_round": U}, federation=fed,
+           model=Tiny())
+  with pytest.raises(ConfigError, match=r"server.clients_per_round \(K=21\) must be in "
+                                        r"\[1, data.num_clients \(U=20\)\]"):
+    fd.run("quickstart", {**SMALL, "server.clients_per_round": U + 1}, federation=fed,
+           model=Tiny())
