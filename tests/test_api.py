@@ -116,7 +116,7 @@ def test_run_from_arrays_records_data_and_model(fed, tmp_path):
 
 
 def test_noise_identity_differs_between_models_and_data(fed):
-  base = api._given(api.make_config("quickstart", SMALL), fed, Tiny(), None, None)
+  base = api._given(api._config("quickstart", SMALL), fed, Tiny(), None, None)
   cfg, kw = api._with_clients(base[0], fed, False), base[1]
   a = experiment.build(cfg, **kw).data_fingerprint
   assert experiment.build(cfg, **kw).data_fingerprint == a
@@ -278,3 +278,4 @@ def test_the_cohort_is_checked_against_the_federations_clients(fed, no_compute):
                                         r"\[1, data.num_clients \(U=20\)\]"):
     fd.run("quickstart", {**SMALL, "server.clients_per_round": U + 1}, federation=fed,
            model=Tiny())
+

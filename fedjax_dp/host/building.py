@@ -99,6 +99,13 @@ def build(cfg, *, cache: dict | None = None, federation: Federation | None = Non
     return _build(cfg, cache, federation, model)
 
 
+def _with_given(fingerprint: str, *parts: str) -> str:
+  """The noise identity's data fingerprint with what Python gave and the config does not
+  name (a model): two runs that differ in one never share a noise stream (a difference
+  of two releases that share noise cancels it)."""
+  return array_digest(np.frombuffer("|".join((fingerprint, *parts)).encode(), np.uint8))
+
+
 def _given_checks(cfg, federation: Federation | None, model: Any) -> None:
   """A config that disagrees with the objects given from Python (before any data)."""
   if federation is not None:
@@ -141,10 +148,8 @@ def _build(cfg, cache: dict | None, federation: Federation | None = None,
   else:
     model = given_model(ds.x_train.shape[1:], ds.num_classes)
     check_fits(model, np.asarray(ds.x_train[:2]), np.asarray(ds.y_train[:2]))
-    # Two models on the same data and config never share a noise stream.
     source = {**(source or {}), "model": model.describe()}
-    fingerprint = array_digest(np.frombuffer(
-        f"{fingerprint}|{source['model']['fingerprint']}".encode(), np.uint8))
+    fingerprint = _with_given(fingerprint, source["model"]["fingerprint"])
   num_params = model.num_params()
   if model.is_regression != regression:
     kinds = ("a classifier", "a regressor")

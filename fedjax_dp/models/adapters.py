@@ -18,8 +18,10 @@ radius C whatever the loss). The term's gradient is never added after clipping.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -189,7 +191,7 @@ class UserModel(Model):
       parts.append(repr(self.module.graphdef))
     for fn in (*(self.module if self.kind == "functions" else ()), self.loss_fn,
                self.global_term):
-      parts.append(_code(fn))
+      parts.append(code_text(fn))
     digest.update("|".join(parts).encode())
     for leaf in jax.tree_util.tree_leaves(jax.jit(self.init)(jax.random.PRNGKey(0))):
       a = np.ascontiguousarray(np.asarray(leaf))
@@ -202,15 +204,32 @@ def _qualname(fn) -> str:
   return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
-def _code(fn) -> str:
-  """A function's name and compiled code (bytes and constants), closures' values too."""
-  if fn is None:
-    return "none"
-  code = getattr(fn, "__code__", None)
-  if code is None:
-    return _qualname(fn) + repr(fn)
-  cells = tuple(repr(c.cell_contents) for c in (fn.__closure__ or ()))
-  return f"{_qualname(fn)}:{code.co_code.hex()}:{code.co_consts!r}:{cells}"
+def code_text(obj: Any, depth: int = 0) -> str:
+  """A deterministic description of a function (its name, compiled code, constants,
+  defaults and closure values, recursively), a transformation or a value: the same text
+  in every process (no memory addresses), different for different code or constants."""
+  if depth > 6:
+    return type(obj).__name__
+  if obj is None or isinstance(obj, (bool, int, float, str)):
+    return repr(obj)
+  if isinstance(obj, (np.ndarray, jax.Array)):
+    a = np.ascontiguousarray(np.asarray(obj))
+    return f"{a.dtype.str}{a.shape}:{hashlib.sha256(memoryview(a).cast('B')).hexdigest()}"
+  if isinstance(obj, functools.partial):
+    return (f"partial({code_text(obj.func, depth + 1)},{code_text(obj.args, depth + 1)},"
+            f"{code_text(obj.keywords, depth + 1)})")
+  code = getattr(obj, "__code__", None)
+  if code is not None:
+    cells = [code_text(c.cell_contents, depth + 1) for c in (obj.__closure__ or ())]
+    consts = [code_text(c, depth + 1) if not hasattr(c, "co_code") else c.co_code.hex()
+              for c in code.co_consts]
+    return (f"{_qualname(obj)}:{code.co_code.hex()}:{consts}:{cells}:"
+            f"{code_text(obj.__defaults__, depth + 1)}")
+  if isinstance(obj, (tuple, list)):
+    return f"{type(obj).__name__}({','.join(code_text(v, depth + 1) for v in obj)})"
+  if isinstance(obj, dict):
+    return "{" + ",".join(f"{k!r}:{code_text(v, depth + 1)}" for k, v in obj.items()) + "}"
+  return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
 
 
 def check_fits(model: Model, x: np.ndarray, y: np.ndarray) -> None:
