@@ -48,7 +48,7 @@ FLOORS = (
     ("config", ("fedjax_dp.config", "fedjax_dp.configs")),
     ("training", ("fedjax_dp.training",)),
     ("privacy", ("fedjax_dp.privacy", "fedjax_dp.theory")),
-    ("models and data", ("fedjax_dp.models", "fedjax_dp.data")),
+    ("models and data", ("fedjax_dp.models", "fedjax_dp.data", "fedjax_dp.optimizers")),
     ("utils", ("fedjax_dp.files", "fedjax_dp.sharding", "fedjax_dp.errors",
                "fedjax_dp.plotting", "fedjax_dp.compile_cache")),
 )

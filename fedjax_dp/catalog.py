@@ -14,6 +14,7 @@ import importlib.util
 import os
 from collections.abc import Callable
 
+from fedjax_dp import optimizers
 from fedjax_dp.data import datasets, tabular
 from fedjax_dp.privacy import clip_modes, selection
 from fedjax_dp.privacy.formulas import registry
@@ -121,7 +122,19 @@ def sections() -> list[tuple[str, list[str]]]:
           lambda k: " (no amplification: a client is charged each round it is selected)"
           if selection.RULES[k].deterministic else "")),
       ("clip modes (client.clip_mode)", notes(clip_modes.CLIP_MODES, clip_notes())),
+      ("client optimizers (client.optimizer)", _optimizer_lines(optimizers.CLIENT_OPTIMIZERS,
+                                                                "client")),
+      ("server optimizers (server.optimizer; times server.lr, on the noisy aggregate)",
+       _optimizer_lines(optimizers.SERVER_OPTIMIZERS, "server")),
   ]
+
+
+def _optimizer_lines(registry, side: str) -> list[str]:
+  """Each registered optimizer's own summary and its hyperparameter fields."""
+  def fields(opt):
+    return ", ".join(f"{side}.{k}={v:g}" for k, v in opt.hparams)
+  return [f"{n}: {o.summary}" + (f" [{fields(o)}]" if o.hparams else "")
+          for n, o in registry.items()]
 
 
 def text() -> str:

@@ -279,3 +279,22 @@ def test_the_cohort_is_checked_against_the_federations_clients(fed, no_compute):
     fd.run("quickstart", {**SMALL, "server.clients_per_round": U + 1}, federation=fed,
            model=Tiny())
 
+
+def test_optimizers_from_python_by_name_and_as_optax_transformations(fed):
+  res = fd.run("quickstart", {**SMALL, "privacy.placement": "central",
+                              "client.clip_mode": "update_l2"}, federation=fed, model=Tiny(),
+               server_optimizer=optax.adam(0.05), client_optimizer="momentum")
+  assert res.config.client.optimizer == "momentum"
+  assert np.isfinite(res.epsilon) and np.isfinite(res.metrics["test_loss"].iloc[-1])
+  with pytest.raises(ConfigError, match=r"server.lr=0.5 with server.optimizer='python_server'"):
+    fd.run("quickstart", {**SMALL, "server.lr": 0.5}, federation=fed, model=Tiny(),
+           server_optimizer=optax.adam(0.05))
+
+
+def test_a_transformation_from_python_enters_the_noise_identity(fed):
+  cfg, kw = api._given(api._config("quickstart", SMALL), fed, Tiny(), None, None)
+  cfg = api._with_clients(cfg, fed, False)
+  prints = [experiment.build(cfg, **kw, server_optimizer=api._optimizer("server", tx)[1]
+                             ).data_fingerprint
+            for tx in (optax.adam(0.05), optax.adam(0.05), optax.adam(0.1), optax.sgd(0.05))]
+  assert prints[0] == prints[1] and len(set(prints)) == 3

@@ -87,3 +87,29 @@ def test_the_architecture_doc_names_every_privacy_module():
   for path in PRIVACY.glob("*.py"):
     if path.stem != "__init__":
       assert f"`{path.stem}`" in doc, path.stem
+
+
+def test_the_client_optimizer_reaches_the_bound_through_the_typed_inputs():
+  """``ClientInputs.optimizer`` (the config's ``client.optimizer``, or one passed from
+  Python) is what the step-weighted bounds read: heavy-ball momentum's step weights
+  replace the learning rates, Adam is refused by the mode's check and by the plan."""
+  from fedjax_dp import optimizers  # pylint: disable=import-outside-toplevel
+  from fedjax_dp.privacy import clip_modes  # pylint: disable=import-outside-toplevel
+
+  counts = np.full(10, 40.0)
+  cfg = config_lib.override(config_lib.load_config(QUICKSTART), [
+      "client.optimizer=momentum", "client.momentum=0.5", "client.local_steps=3"])
+  got = privacy_inputs.from_config(cfg, counts, 19210)
+  assert got.client.optimizer == optimizers.MOMENTUM.with_values({"momentum": 0.5})
+  by_hand = _quickstart_by_hand(counts)
+  by_hand = by_hand.replace(client=dataclasses.replace(
+      by_hand.client, lrs=(0.5,) * 3, optimizer=got.client.optimizer))
+  a = optimizers.heavy_ball_weights(np.full(3, 0.5), 0.5)
+  np.testing.assert_allclose(make_privacy_plan(by_hand).sensitivity,
+                             2.0 * (a[0] / counts + a[1:].sum()))
+  adam = by_hand.replace(client=dataclasses.replace(by_hand.client,
+                                                    optimizer=optimizers.ADAM))
+  for refuse in (clip_modes.check_config, make_privacy_plan):
+    with pytest.raises(ConfigError, match="client.optimizer='adam' with client.clip_mode="
+                       "'per_example_l2' at privacy.placement='upload'"):
+      refuse(adam)

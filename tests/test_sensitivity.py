@@ -18,10 +18,11 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from fedjax_dp import config as config_lib
-from fedjax_dp import experiment
+from fedjax_dp import experiment, optimizers
 from fedjax_dp.audit import mechanisms as audit_mechanisms
 from fedjax_dp.config.privacy_inputs import plan_from_config
 from fedjax_dp.data.federated import build_federated_data
@@ -203,6 +204,105 @@ def test_step_release_within_plan_sensitivity(name, mech):
   d = np.asarray(moved(*_pairs(5, 0.5, clip)))
   assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
   assert d.max() > 0.5 * plan.sensitivity[0]
+
+
+MOMENTUM_CASES = [  # clip_mode, mechanism, E, batch, momentum
+    ("per_example_l2", "gaussian", 3, 4, 0.9),
+    ("per_example_l2", "gaussian", 2, 0, 0.5),
+    ("per_example_l1", "laplace", 3, 0, 0.9),
+]
+
+
+@pytest.mark.parametrize("clip_mode,mechanism,steps,batch,beta", MOMENTUM_CASES)
+def test_momentum_upload_within_step_weighted_sensitivity(clip_mode, mechanism, steps, batch,
+                                                          beta):
+  """Heavy-ball local steps: the plan's bound is per-example clipping's with the step
+  weights A_j = sum_{s>=j} eta_s beta^(s-j) for eta_j (clip_modes.base.step_weights),
+  and the upload never moves more, random and adversarial (B1) pairs alike."""
+  lr, clip = 0.5, 1.0
+  cfg = _cfg(**{"client.clip_mode": clip_mode, "privacy.mechanism": mechanism,
+                "client.local_steps": steps, "client.batch_size": batch, "client.lr": lr,
+                "client.clip": clip, "client.optimizer": "momentum", "client.momentum": beta,
+                "data.num_clients": 1, "server.clients_per_round": 1})
+  config_lib.validate(cfg)
+  plan = plan_from_config(cfg, np.array([N]))
+  a = optimizers.heavy_ball_weights(np.full(steps, lr), beta)
+  b = batch or N
+  np.testing.assert_allclose(plan.sensitivity, 2 * clip * (a[0] / b + a[1:].sum()))
+  ord = 1 if mechanism == "laplace" else 2
+  d = _upload_moves(cfg, steps, lr, clip, ord, 31 + steps)
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.0
+
+
+def test_momentum_step_grad_upload_reaches_its_bound_beyond_sgds():
+  """Per-step gradient clipping with momentum, client level: data whose gradients
+  point the other way at every step (a hinge that never saturates) moves the upload
+  by 2 C sum_j A_j, the plan's bound, which is MORE than SGD's 2 C sum_s eta_s: the
+  step weights are needed, and the harness reaches them."""
+  lr, clip, steps, beta = 0.1, 1.0, 4, 0.9
+  cfg = _cfg(**{"client.clip_mode": "step_grad_l2", "client.local_steps": steps,
+                "client.lr": lr, "client.clip": clip, "client.optimizer": "momentum",
+                "client.momentum": beta, "data.num_clients": 1,
+                "server.clients_per_round": 1, "server.selection": "round_robin"})
+  plan = plan_from_config(cfg, np.array([N]))
+  weights = optimizers.heavy_ball_weights(np.full(steps, lr), beta)
+  np.testing.assert_allclose(plan.sensitivity, 2 * clip * weights.sum())
+  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+                             noise_placement="none")
+  hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
+                                jnp.float32(0), jnp.float32(0))
+  mask = jnp.ones(N, jnp.float32)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(TRIALS, N, 2)) * 1e-2, jnp.float32)
+  params = {"Dense_0": {"kernel": jnp.zeros((TRIALS, 2, 2)), "bias": jnp.zeros((TRIALS, 2))}}
+  y, y2 = jnp.zeros((TRIALS, N), jnp.int32), jnp.ones((TRIALS, N), jnp.int32)
+
+  @jax.jit
+  @jax.vmap
+  def moved(params, x):
+    a = client_lib.client_update(MODEL, ccfg, params, x, y[0], mask, jax.random.PRNGKey(0),
+                                 hp).params
+    b = client_lib.client_update(MODEL, ccfg, params, x, y2[0], mask, jax.random.PRNGKey(0),
+                                 hp).params
+    return _dist(a, b, 2)
+
+  d = np.asarray(moved(params, x))
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.95 * plan.sensitivity[0] and d.max() > 2 * clip * lr * steps * 1.5
+
+
+def test_optimizers_without_a_step_bound_are_refused_where_it_counts():
+  """Adam and a transformation from Python at the step-weighted placements: one
+  line naming both fields, from the config's checks and from the plan alike; update
+  clipping and step noise take any optimizer."""
+  for mode in ("per_example_l2", "per_example_l1", "step_grad_l2", "step_grad_l1"):
+    cfg = _cfg(**{"client.clip_mode": mode, "client.optimizer": "adam",
+                  "privacy.mechanism": "laplace" if mode.endswith("l1") else "gaussian"})
+    with pytest.raises(config_lib.ConfigError, match=(
+        f"client.optimizer='adam' with client.clip_mode='{mode}' at "
+        "privacy.placement='upload'")):
+      config_lib.validate(cfg)
+    with pytest.raises(ValueError, match="client.optimizer='adam'"):
+      plan_from_config(cfg, np.array([N]))
+  user = optimizers.from_transformation(optax.sgd(0.1), name="my_sgd")
+  with pytest.raises(ValueError, match="client.optimizer='my_sgd' with client.clip_mode"):
+    plan_from_config(_cfg(), np.array([N]), client_optimizer=user)
+  for sets in ({"client.clip_mode": "update_l2"}, {"privacy.placement": "step"},
+               {"client.clip_mode": "param_l2"}):
+    cfg = _cfg(**sets, **{"client.optimizer": "adam", "client.local_steps": 3})
+    config_lib.validate(cfg)
+    assert np.all(np.isfinite(plan_from_config(cfg, np.array([N]), num_params=6,
+                                               client_optimizer=user).sensitivity))
+  # Momentum with l2_reg: one step is SGD's; several are refused.
+  one = _cfg(**{"client.optimizer": "momentum", "client.l2_reg": 0.1})
+  config_lib.validate(one)
+  np.testing.assert_allclose(plan_from_config(one, np.array([N])).sensitivity,
+                             plan_from_config(_cfg(**{"client.l2_reg": 0.1}),
+                                              np.array([N])).sensitivity)
+  with pytest.raises(config_lib.ConfigError, match="client.l2_reg=0.1 over 2 local steps"):
+    config_lib.validate(_cfg(**{"client.optimizer": "momentum", "client.l2_reg": 0.1,
+                                "client.local_steps": 2}))
 
 
 CENTRAL_CASES = [  # selection, aggregation, K, q

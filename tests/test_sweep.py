@@ -101,6 +101,21 @@ def test_no_recompile_across_epsilon_lr_seed_and_T():
   assert counter.count("round_fn") <= 1, counter.names
 
 
+def test_no_recompile_across_learning_rates_with_non_default_optimizers():
+  """The optimizers' directions carry no learning rate: sweeps over server.lr and
+  client.lr with momentum on the clients and FedAdam on the server (whose state is
+  carried per lane) are one compiled round."""
+  cfg = _base(**{"data.samples_per_client": "17", "rounds": "3",
+                 "client.optimizer": "momentum", "client.local_steps": "2",
+                 "server.optimizer": "fedadam"})
+  with _CompileCounter() as counter:
+    rows = sweep.run_sweep(cfg, {"server.lr": [0.01, 0.1], "client.lr": [0.1, 0.5],
+                                 "seed": [0, 1]})
+  assert counter.count("round_fn") == 1, counter.names
+  finals = {r["point"]: r["test_loss"] for r in rows if r["round"] == 3}
+  assert len(finals) == 8 and len(set(finals.values())) == 8  # eight different runs
+
+
 def test_resume_after_kill_reproduces_sweep_csv(tmp_path):
   cfg = _base(rounds="2")
   grid = {"privacy.epsilon": [2.0, 8.0], "seed": [0, 1]}

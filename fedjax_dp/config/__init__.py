@@ -125,6 +125,15 @@ def _client_fields() -> ConfigDict:
   s.clip = 1.0            # C
   s.l2_reg = 0.0
   s.chunk_size = 64
+  # The local steps' optax direction (fedjax_dp.optimizers.CLIENT_OPTIMIZERS): sgd |
+  # momentum (heavy ball, d = G + momentum d) | adam; its state starts fresh each round.
+  # Upload noise on per-example or per-step gradient clipping admits only the linear
+  # ones (sgd, momentum without l2_reg): their bound counts learning rates x steps.
+  s.optimizer = "sgd"
+  s.momentum = 0.9        # momentum: beta
+  s.beta1 = 0.9           # adam
+  s.beta2 = 0.999         # adam
+  s.eps = 1e-8            # adam
   return s
 
 
@@ -161,6 +170,14 @@ def _server_fields() -> ConfigDict:
   s.client_chunk = -1
   # CNNs: 'auto' (im2col on CPU and GPU, XLA convolutions elsewhere) | 'conv' | 'im2col'.
   s.conv_impl = "auto"
+  # The server's step on the noisy aggregate, an optax direction of the pseudo-gradient
+  # w - aggregate times server.lr (post-processing; fedjax_dp.optimizers): fedavg |
+  # fedavgm (server momentum; DP-FedAvgM) | fedadam | fedyogi (Reddi et al. 2021).
+  s.optimizer = "fedavg"
+  s.momentum = 0.9          # fedavgm
+  s.beta1 = 0.9             # fedadam, fedyogi
+  s.beta2 = 0.99            # fedadam, fedyogi
+  s.tau = 1e-3              # fedadam, fedyogi: the adaptivity epsilon
   return s
 
 
@@ -511,6 +528,7 @@ def _fixed(*names: str):
 
 _POSITIVE = Rule("float", 0.0, open_low=True)
 _UNIT = Rule("float", 0.0, 1.0)
+_DECAY = Rule("float", 0.0, 1.0, open_high=True)  # an optimizer's momentum or moment decay
 # Every field of base_config(): a wrong type, a value out of range, nan, a stray inf or
 # an unknown name fails here, before data is read or anything is compiled.
 FIELD_RULES: dict[str, Rule] = {
@@ -545,6 +563,12 @@ FIELD_RULES: dict[str, Rule] = {
     "client.clip": _POSITIVE,
     "client.l2_reg": Rule("float", 0.0),
     "client.chunk_size": Rule("int", 1, _I32),
+    "client.optimizer": Rule("str", choices=_registry("fedjax_dp.optimizers",
+                                                      "CLIENT_OPTIMIZERS")),
+    "client.momentum": _DECAY,
+    "client.beta1": _DECAY,
+    "client.beta2": _DECAY,
+    "client.eps": _POSITIVE,
     "server.selection": Rule("str", choices=_registry("fedjax_dp.privacy.selection", "RULES")),
     "server.wasserstein_metric": Rule("str", choices=_fixed("zero_one", "ordinal")),
     "server.clients_per_round": Rule("int", 0, _I32),
@@ -557,6 +581,12 @@ FIELD_RULES: dict[str, Rule] = {
     "server.clip_count_std": Rule("float"),
     "server.client_chunk": Rule("int", -1, _I32),
     "server.conv_impl": Rule("str", choices=_registry("fedjax_dp.training.engine", "CONV_IMPLS")),
+    "server.optimizer": Rule("str", choices=_registry("fedjax_dp.optimizers",
+                                                      "SERVER_OPTIMIZERS")),
+    "server.momentum": _DECAY,
+    "server.beta1": _DECAY,
+    "server.beta2": _DECAY,
+    "server.tau": _POSITIVE,
     "privacy.epsilon": Rule("float", 0.0, open_low=True, inf=True),
     "privacy.delta": Rule("float", 0.0, 1.0, open_low=True, open_high=True),
     "privacy.mechanism": Rule("str", choices=_registry("fedjax_dp.privacy.mechanisms",

@@ -17,6 +17,7 @@ import numbers
 import numpy as np
 
 from fedjax_dp import config as config_lib
+from fedjax_dp import optimizers
 from fedjax_dp.privacy.inputs import (
   ClientInputs,
   FederationSizes,
@@ -29,10 +30,12 @@ from fedjax_dp.privacy.plan import PrivacyPlan, make_privacy_plan
 
 
 def _client_fields(cfg) -> dict:
-  """The :class:`ClientInputs` fields of the config's ``client`` section (but ``lrs``)."""
+  """The :class:`ClientInputs` fields of the config's ``client`` section (but ``lrs``):
+  the optimizer is the one ``client.optimizer`` names, with its hyperparameters."""
   c = cfg.client
   return {"clip_mode": c.clip_mode, "clip": float(c.clip), "batch_size": int(c.batch_size),
-          "minibatch": c.get("minibatch", "shuffle"), "l2_reg": float(c.l2_reg)}
+          "minibatch": c.get("minibatch", "shuffle"), "l2_reg": float(c.l2_reg),
+          "optimizer": optimizers.client_optimizer(c)}
 
 
 def _server_fields(cfg) -> dict:
@@ -64,7 +67,8 @@ def _privacy_fields(cfg) -> dict:
           "eval_every": int(cfg.eval.every)}
 
 
-def from_config(cfg, counts=None, num_params: int | None = None) -> PrivacyInputs:
+def from_config(cfg, counts=None, num_params: int | None = None,
+                client_optimizer: optimizers.Optimizer | None = None) -> PrivacyInputs:
   """The :class:`PrivacyInputs` of a run config: its fields read here, the records
   built in one go.
 
@@ -73,8 +77,13 @@ def from_config(cfg, counts=None, num_params: int | None = None) -> PrivacyInput
     counts: ``[U]`` the clients' example counts, once the data are read (None for
       the checks that need no data).
     num_params: the model's parameter count d, if known.
+    client_optimizer: the local steps' optimizer given from Python
+      (:func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
+      ``client.optimizer``.
   """
   client, server, privacy = _client_fields(cfg), _server_fields(cfg), _privacy_fields(cfg)
+  if client_optimizer is not None:
+    client["optimizer"] = client_optimizer
   c = cfg.client
   federation = {"num_clients": int(cfg.data.num_clients), "num_params": num_params,
                 "counts": None if counts is None else np.asarray(counts, np.float64),
@@ -86,10 +95,12 @@ def from_config(cfg, counts=None, num_params: int | None = None) -> PrivacyInput
       privacy=PrivacySettings(**privacy))
 
 
-def plan_from_config(cfg, counts, num_params: int | None = None) -> PrivacyPlan:
+def plan_from_config(cfg, counts, num_params: int | None = None,
+                     client_optimizer: optimizers.Optimizer | None = None) -> PrivacyPlan:
   """The :class:`fedjax_dp.privacy.plan.PrivacyPlan` of a run config for clients with
-  ``counts [U]`` examples (``num_params``: d, needed for Laplace on an L2 ball)."""
-  return make_privacy_plan(from_config(cfg, counts, num_params))
+  ``counts [U]`` examples (``num_params``: d, needed for Laplace on an L2 ball;
+  ``client_optimizer``: one given from Python, :func:`from_config`)."""
+  return make_privacy_plan(from_config(cfg, counts, num_params, client_optimizer))
 
 
 def check_owners(cfg) -> None:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import compile_cache
+from fedjax_dp import compile_cache, optimizers
 from fedjax_dp import config as config_lib
 from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
@@ -25,7 +25,7 @@ from fedjax_dp.data.federated import pack_federated_data
 from fedjax_dp.data.fingerprint import array_digest, dataset_fingerprint
 from fedjax_dp.data.given import Federation
 from fedjax_dp.models import get_model
-from fedjax_dp.models.adapters import PYTHON_MODEL, check_fits
+from fedjax_dp.models.adapters import PYTHON_MODEL, check_fits, code_text
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import (
   PrivacyPlan,
@@ -73,7 +73,8 @@ def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
 
 
 def build(cfg, *, cache: dict | None = None, federation: Federation | None = None,
-          model: Any = None) -> Setup:
+          model: Any = None, client_optimizer: optimizers.Optimizer | None = None,
+          server_optimizer: optimizers.Optimizer | None = None) -> Setup:
   """Validates ``cfg`` and builds data, model and privacy plan (before any training).
 
   Args:
@@ -88,21 +89,45 @@ def build(cfg, *, cache: dict | None = None, federation: Federation | None = Non
     model: a model given from Python in place of ``model.name``'s: a builder
       ``(input_shape, num_classes) -> Model`` (:class:`fedjax_dp.models.adapters.UserSpec`);
       ``model.name`` must then be ``'python'``.
+    client_optimizer, server_optimizer: optimizers given from Python
+      (:func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
+      ``client.optimizer`` / ``server.optimizer`` (:func:`check_given_optimizers`).
   """
   config_lib.validate(cfg)
+  given = (client_optimizer, server_optimizer)
+  if any(o is not None for o in given):
+    check_given_optimizers(cfg, *given)
   # Before anything compiles (the chunk probe below, the round): a second run of the
   # same shapes loads its programs from disk.
   compile_cache.use(cfg.get("compilation_cache", compile_cache.AUTO))
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():
-    return _build(cfg, cache, federation, model)
+    return _build(cfg, cache, given, federation, model)
+
+
+def check_given_optimizers(cfg, client: optimizers.Optimizer | None = None,
+                           server: optimizers.Optimizer | None = None) -> None:
+  """Optimizers given from Python against the config.
+
+  Raises:
+    ConfigError: a given optimizer carries its own learning rate (a transformation
+      from Python) while the config sets ``client.lr`` / ``server.lr`` to another
+      value than its default: one of the two would be ignored.
+  """
+  defaults = config_lib.base_config()
+  for side, opt in (("client", client), ("server", server)):
+    if opt is not None and opt.own_lr and float(cfg[side].lr) != float(defaults[side].lr):
+      raise config_lib.ConfigError(
+          f"{side}.lr={float(cfg[side].lr):g} with {side}.optimizer={opt.name!r} passed from "
+          f"Python, which carries its own learning rate: leave {side}.lr at its default "
+          f"{float(defaults[side].lr):g}, or put the rate in the transformation only")
 
 
 def _with_given(fingerprint: str, *parts: str) -> str:
   """The noise identity's data fingerprint with what Python gave and the config does not
-  name (a model): two runs that differ in one never share a noise stream (a difference
-  of two releases that share noise cancels it)."""
+  name (a model, an optimizer's transformation): two runs that differ in one never share
+  a noise stream (a difference of two releases that share noise cancels it)."""
   return array_digest(np.frombuffer("|".join((fingerprint, *parts)).encode(), np.uint8))
 
 
@@ -126,7 +151,7 @@ def _given_checks(cfg, federation: Federation | None, model: Any) -> None:
                                             f"{PYTHON_MODEL!r}"))
 
 
-def _build(cfg, cache: dict | None, federation: Federation | None = None,
+def _build(cfg, cache: dict | None, given: tuple, federation: Federation | None = None,
            given_model: Any = None) -> Setup:
   """Builds down the floors: this module's own checks and keys; the data (dataset,
   partition, device copy, test set) and the model; the cohort slots and the privacy
@@ -156,12 +181,20 @@ def _build(cfg, cache: dict | None, federation: Federation | None = None,
     raise config_lib.ConfigError(
         f"model.name={cfg.model.name!r} is {kinds[model.is_regression]}, but data.name="
         f"{cfg.data.name!r} has {'float regression targets' if regression else 'labels'}")
+  # The optimizers (the given ones, else the config's): the plan's bound reads the
+  # client's, the round applies both.
+  opts = (given[0] or optimizers.client_optimizer(cfg.client),
+          given[1] or optimizers.server_optimizer(cfg.server))
+  if any(o is not None for o in given):  # (the config does not describe them)
+    fingerprint = _with_given(fingerprint, *(code_text(o.transformation) for o in given
+                                             if o is not None))
   u = len(clients)
   n_eps = len(cfg.privacy.client_epsilons)
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
     raise config_lib.ConfigError(f"privacy.client_epsilons holds {n_eps} values, but the "
                                  f"partition has {u} clients (give one per client)")
-  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params)
+  inputs = privacy_inputs.from_config(cfg, list(map(len, clients)), num_params,
+                                      client_optimizer=opts[0])
   k_slots = selection_lib.cohort_size(cfg.server.selection, u, cfg.server.clients_per_round,
                                       cfg.server.q)
   weights = None
@@ -177,7 +210,8 @@ def _build(cfg, cache: dict | None, federation: Federation | None = None,
                                  "regressor does not have; use schedule.validation='server'")
   fraction = selection_probability(inputs) if inputs.server.aggregation == "fixed" else 1.0
   round_cfg = rounds.round_config(cfg, expected_fraction=fraction,
-                                  correlated_noise=privacy.correlated)
+                                  correlated_noise=privacy.correlated,
+                                  client_optimizer=opts[0], server_optimizer=opts[1])
   if chunk == CLIENT_CHUNK_AUTO:  # compiles the round: only once every check has passed
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)

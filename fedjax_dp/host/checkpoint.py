@@ -5,7 +5,10 @@ derived, never carried): client selection is ``np.random.default_rng([seed, t])`
 and every device key is ``fold_in(seed, round, ...)``, so the sampler's state is the
 round index ``t``. What does carry state is saved here:
 
-* the model parameters (the lane's pytree, exact float32 bytes),
+* the model parameters (the lane's pytree, exact float32 bytes) and the server's
+  carried states (:class:`fedjax_dp.training.rounds.CarriedParams`: a correlated
+  mechanism's noise state, the server optimizer's state; a run that carries neither
+  saves the bare model, as before either existed),
 * ``t``, the planned horizon, status, the last test ``(loss, accuracy)``,
 * the schedule's state (a NamedTuple: CRD's budget, spent budget, horizon, last
   loss, ...) and the accountant's state (:class:`fedjax_dp.privacy.plan.AccountantState`
@@ -45,6 +48,7 @@ from flax import serialization
 from fedjax_dp import sharding
 from fedjax_dp.config import ConfigError, UserError, schema
 from fedjax_dp.files import outputs, results
+from fedjax_dp.training import rounds
 
 FILENAME = "checkpoint.msgpack"
 MODEL_FILENAME = "model.msgpack"
@@ -138,7 +142,7 @@ def save(path: str | os.PathLike, state: RunState, params: Any,
       "acct": serialization.to_state_dict(state.acct),
       "rows": [{k: _scalar(v) for k, v in r.items()} for r in state.rows],
       "wall": float(state.wall),
-      "params": serialization.to_state_dict(params),
+      "params": rounds.carried_state_dict(params),
   })
   digest = hashlib.sha256(payload).hexdigest().encode()
   outputs.atomic_write(Path(path), _MAGIC + digest + b"\n" + payload, owned=True)
@@ -171,7 +175,7 @@ def load(path: str | os.PathLike, *, schedule_template: Any, acct_template: Any,
         schedule_state=serialization.from_state_dict(schedule_template, d["schedule_state"]),
         acct=serialization.from_state_dict(acct_template, d["acct"]),
         rows=[dict(r) for r in d["rows"]], wall=float(d["wall"]))
-    params = serialization.from_state_dict(params_template, d["params"])
+    params = rounds.carried_from_state_dict(params_template, d["params"])
     config = json.loads(d["config"])
   except (KeyError, TypeError, ValueError) as e:
     raise CheckpointError(f"unreadable checkpoint {path}: {e}") from e

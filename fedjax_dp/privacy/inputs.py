@@ -7,7 +7,8 @@ user's own model, federation, loss and optimizers reach the privacy layer withou
 one:
 
 * :class:`ClientInputs`: what every client does (clip mode, C, its local steps'
-  learning rates, batch size and minibatch rule, L2 regulariser);
+  learning rates, batch size and minibatch rule, L2 regulariser, the local steps'
+  optimizer);
 * :class:`ServerInputs`: what the server does (selection rule, K, the rate q,
   aggregation, the clip rule and its fields);
 * :class:`FederationSizes`: the federation's sizes (U, the clients' example counts,
@@ -30,6 +31,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from fedjax_dp import optimizers
+
 
 def local_learning_rates(lr: float, lr_decay: float, steps: int) -> tuple[float, ...]:
   """``(eta_s)_{s < E}``: the local step sizes ``eta_s = lr * lr_decay**s``."""
@@ -50,6 +53,12 @@ class ClientInputs:
     minibatch: ``'shuffle'`` (b without replacement) or ``'poisson'`` (each example
       with ``q_i = B / |D_i|``).
     l2_reg: kappa of ``kappa/2 ||w||^2``.
+    optimizer: the local steps' :class:`fedjax_dp.optimizers.Optimizer`
+      (``client.optimizer``, or one from Python,
+      :func:`fedjax_dp.optimizers.from_transformation`). The privacy layer reads only
+      what a step-by-step bound needs of it: its name, its step weights (a linear
+      optimizer's ``A_j``, None for a non-linear one) and whether a step with
+      ``l2_reg > 0`` contracts (:func:`fedjax_dp.privacy.clip_modes.base.check_optimizer`).
   """
 
   clip_mode: str = "per_example_l2"
@@ -58,6 +67,7 @@ class ClientInputs:
   batch_size: int = 0
   minibatch: str = "shuffle"
   l2_reg: float = 0.0
+  optimizer: optimizers.Optimizer = optimizers.SGD
 
   def __post_init__(self):
     lrs = tuple(float(x) for x in np.atleast_1d(np.asarray(self.lrs, np.float64)))

@@ -315,7 +315,9 @@ def make_privacy_plan(inputs: PrivacyInputs) -> PrivacyPlan:
   the validation release each refuse what their accounting does not cover.
   ``inputs.federation.counts`` (the clients' example counts) is required;
   ``num_params`` (d) only for Laplace noise on ``param_l2``/``update_l2`` uploads,
-  whose L1 sensitivity is :func:`param_l1_sensitivity`. From a run config:
+  whose L1 sensitivity is :func:`param_l1_sensitivity`. A bound that counts learning
+  rates x steps reads the local steps' optimizer, ``inputs.client.optimizer``
+  (:func:`fedjax_dp.privacy.clip_modes.base.step_weights`). From a run config:
   :func:`fedjax_dp.config.privacy_inputs.plan_from_config`.
 
   Args:

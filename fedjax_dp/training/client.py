@@ -1,8 +1,11 @@
 """ONE client's local training, written unbatched; the engine vmaps it over clients.
 
 A client starts from the global model and runs ``local_steps`` steps of full-batch
-GD or minibatch SGD by ``lax.scan``. Privacy enters in optional places, chosen by
-:class:`ClientConfig` (static) and :class:`ClientHParams` (traced per client):
+GD or minibatch SGD by ``lax.scan``, or of another optax direction
+(``client.optimizer``, :mod:`fedjax_dp.optimizers`: heavy-ball momentum, Adam, a
+transformation passed from Python) whose state starts fresh every round. Privacy
+enters in optional places, chosen by :class:`ClientConfig` (static) and
+:class:`ClientHParams` (traced per client):
 
 * ``clip_mode`` -- a mode of :data:`fedjax_dp.privacy.clip_modes.CLIP_MODES` (per
   example L2/L1, parameter projection, update clipping, per-step gradient
@@ -26,6 +29,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_dp import optimizers
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import (
   clip_modes,
@@ -65,6 +69,11 @@ class ClientConfig:
       over ``n_max`` examples, not ``batch_size``; the step's (noised) clipped sum is
       divided by the EXPECTED batch size ``batch_size``, never by the realised one
       (which would make the release's scale data dependent).
+    optimizer: the local steps' :class:`fedjax_dp.optimizers.Optimizer`
+      (``client.optimizer``): its direction of each step's gradient
+      ``G = g / b + kappa w`` replaces ``G`` in ``w - eta G``; its state starts from
+      the global model every round (FedAvg's convention) and is scanned with the
+      parameters. ``sgd`` (the default) is ``w - eta G`` exactly.
   """
 
   local_steps: int = 1
@@ -75,6 +84,7 @@ class ClientConfig:
   l2_reg: float = 0.0
   chunk_size: int = 64
   minibatch: str = "shuffle"
+  optimizer: optimizers.Optimizer = optimizers.SGD
 
   def __post_init__(self):
     if self.local_steps < 1:
@@ -184,8 +194,10 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   # A loss that reads the round's global model (FedProx's proximal term) sees it in
   # every example's loss, so clipping bounds it (fedjax_dp.models.adapters).
   model = model.anchored(global_params)
+  direction = cfg.optimizer.direction()
 
-  def step(params, inputs):
+  def step(carry, inputs):
+    params, opt_state = carry
     s, lr_s = inputs
     skey = jax.random.fold_in(key, s)
     if cfg.minibatch == "poisson":
@@ -204,17 +216,21 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
     if cfg.noise_placement == "step":
       gsum = mechanisms.add_noise(jax.random.fold_in(skey, 1), gsum, hp.step_noise,
                                   cfg.mechanism)
-    new = jax.tree_util.tree_map(
-        lambda p, g: p - lr_s * (g / gdenom + cfg.l2_reg * p), params, gsum)
+    grad = jax.tree_util.tree_map(lambda p, g: g / gdenom + cfg.l2_reg * p, params, gsum)
+    # The optimizer reads only the step's (noised) clipped gradient and the parameters:
+    # sgd's direction is grad itself, so the step is p - lr_s * grad as always.
+    d, opt_state = direction.update(grad, opt_state, params)
+    new = jax.tree_util.tree_map(lambda p, u: p - lr_s * u, params, d)
     new = mode.client.after_step(new, hp.clip)
-    return new, (jnp.sum(losses * wb) / denom, mean_norm)
+    return (new, opt_state), (jnp.sum(losses * wb) / denom, mean_norm)
 
   steps = jnp.arange(cfg.local_steps)
   # A few local steps are unrolled: XLA (CPU) runs convolution weight gradients
   # inside a loop on a path ~15x slower than outside one (pfl's CIFAR-10 CNN, 5 steps
   # of batch 10: 43 s vs 3.8 s per 50-client round in a jitted per-client loop).
   unroll = cfg.local_steps if cfg.local_steps <= MAX_UNROLLED_STEPS else 1
-  params, (losses, norms) = jax.lax.scan(step, global_params, (steps, lr), unroll=unroll)
+  carry = (global_params, direction.init(global_params))
+  (params, _), (losses, norms) = jax.lax.scan(step, carry, (steps, lr), unroll=unroll)
   params, update_norm = mode.client.after_local(params, global_params, hp.clip)
   if cfg.noise_placement == "upload":
     params = mechanisms.add_noise(jax.random.fold_in(key, UPLOAD_TAG), params,

@@ -91,12 +91,13 @@ def _bytes_per_client(model: Model, cfg: RoundConfig, shapes: FederatedData) -> 
 
 
 def carried_state_bytes(model: Model, cfg: RoundConfig) -> int:
-  """Device bytes of one lane's carried correlated-noise state (BandMF: ``b - 1`` model
-  copies; tree and i.i.d. noise: 0). A fixed cost of the round, not a per-client one."""
+  """Device bytes of one lane's carried states: the correlated noise's (BandMF: ``b - 1``
+  model copies; tree and i.i.d. noise: 0) and the server optimizer's (``fedadam``: 2
+  model copies; ``fedavg``: 0). A fixed cost of the round, not a per-client one."""
   if not carries_state(cfg):
     return 0
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-  state = jax.eval_shape(lambda p: carried_params(cfg, p).noise, params)
+  state = jax.eval_shape(lambda p: carried_params(cfg, p)[1:], params)
   return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
 
 

@@ -30,11 +30,15 @@ def fusable(model: Model, cfg: client_lib.ClientConfig) -> bool:
 
   Needs one full-batch step of an all-ghost model (Dense / Conv layers), a clip mode
   with a fused hook (``ClipMode.client.fused``; parameter projection and per-step
-  gradient clipping have none), no per-step noise, and no L2 regulariser unless the
-  hook is exact with one (:attr:`fedjax_dp.privacy.fused.FusedStep.l2_reg`).
+  gradient clipping have none), no per-step noise, no L2 regulariser unless the
+  hook is exact with one (:attr:`fedjax_dp.privacy.fused.FusedStep.l2_reg`), and a
+  client optimizer whose first step from its initial state is SGD's exactly
+  (``Optimizer.plain_first_step``: ``sgd``; heavy-ball momentum, whose trace starts at
+  0): Adam's normalised step is not a weighted gradient.
   """
   fused = clip_modes.get(cfg.clip_mode).client.fused
   return (model.ghost and cfg.local_steps == 1 and cfg.batch_size == 0
+          and cfg.optimizer.plain_first_step
           and fused is not None
           and cfg.noise_placement in ("none", "central", "upload")
           and (fused.l2_reg or not cfg.l2_reg))

@@ -26,7 +26,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import serialization
 
+from fedjax_dp import optimizers
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models import layers, zoo
 from fedjax_dp.models.base import Model
@@ -60,7 +62,9 @@ class RoundArgs(NamedTuple):
     clip: clipping threshold C.
     noise: ``[K]`` noise scale of each selected client (step or upload placement).
     central_noise: noise scale added by the server to the aggregate.
-    server_lr: server step size: ``w <- w + server_lr * (aggregate - w)``.
+    server_lr: server step size: ``w <- w - server_lr * d`` with ``d`` the server
+      optimizer's direction of the pseudo-gradient ``w - aggregate`` (``fedavg``:
+      ``w + server_lr * (aggregate - w)``).
     round: round index t (for keys).
     seed: run seed (for keys).
     data_id: which dataset of a stacked :class:`FederatedData` (counts ``[D, U]``)
@@ -166,6 +170,11 @@ class RoundConfig:
       then adds ``central_noise * (C^+ Z)_t`` (round t's row of the correlated noise)
       instead of i.i.d. noise; a strategy that carries state (BandMF, b > 1) runs on
       :class:`CarriedParams` (:func:`carried_params`).
+    server_optimizer: the server's step (``server.optimizer``,
+      :data:`fedjax_dp.optimizers.SERVER_OPTIMIZERS`): its direction of the
+      pseudo-gradient ``w - aggregate`` (after the server's noise: post-processing)
+      times ``server_lr``. One whose direction has state (``fedavgm``, ``fedadam``,
+      ``fedyogi``) runs on :class:`CarriedParams`; ``fedavg`` carries nothing.
   """
 
   client: client_lib.ClientConfig = client_lib.ClientConfig()
@@ -177,6 +186,7 @@ class RoundConfig:
   conv_impl: str = "auto"
   clip_rule: str = "fixed"
   correlated: correlated.Strategy | None = None
+  server_optimizer: optimizers.Optimizer = optimizers.FEDAVG
 
   def __post_init__(self):
     if not 0.0 < self.expected_fraction <= 1.0:
@@ -213,7 +223,9 @@ class RoundConfig:
 
 
 def round_config(cfg, *, client_chunk: int = 0, expected_fraction: float = 1.0,
-                 correlated_noise: Any = None) -> RoundConfig:
+                 correlated_noise: Any = None,
+                 client_optimizer: optimizers.Optimizer | None = None,
+                 server_optimizer: optimizers.Optimizer | None = None) -> RoundConfig:
   """The static :class:`RoundConfig` of a run config's round.
 
   Args:
@@ -222,46 +234,88 @@ def round_config(cfg, *, client_chunk: int = 0, expected_fraction: float = 1.0,
     expected_fraction: :attr:`RoundConfig.expected_fraction` (``aggregation='fixed'``:
       the privacy plan's expected share of examples in a round).
     correlated_noise: :attr:`RoundConfig.correlated`, the privacy plan's strategy.
+    client_optimizer, server_optimizer: optimizers given from Python (e.g.
+      :func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
+      ``client.optimizer`` / ``server.optimizer``.
   """
   ccfg = client_lib.ClientConfig(
       local_steps=cfg.client.local_steps, batch_size=cfg.client.batch_size,
       clip_mode=cfg.client.clip_mode, noise_placement=cfg.privacy.placement,
       mechanism=cfg.privacy.mechanism, l2_reg=cfg.client.l2_reg,
-      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"))
+      chunk_size=cfg.client.chunk_size, minibatch=cfg.client.get("minibatch", "shuffle"),
+      optimizer=client_optimizer or optimizers.client_optimizer(cfg.client))
   return RoundConfig(ccfg, cfg.server.aggregation, client_chunk,
                      aggregate_upload_noise=cfg.privacy.noise_sampling == "aggregate",
                      expected_fraction=expected_fraction,
                      conv_impl=cfg.server.get("conv_impl", "auto"),
                      clip_rule=cfg.server.get("clip_rule", "fixed"),
-                     correlated=correlated_noise)
+                     correlated=correlated_noise,
+                     server_optimizer=server_optimizer or optimizers.server_optimizer(
+                         cfg.server))
 
 
 class CarriedParams(NamedTuple):
-  """The global model and the correlated noise's carried state (BandMF: ``w_{t-1} ..
-  w_{t-b+1}``, ``[b-1, *leaf]`` per leaf), carried by the round from one call to the
-  next (and checkpointed with the model; never written to ``model.msgpack``)."""
+  """The server's state, carried by the round from one call to the next: the global
+  model, the correlated noise's state (BandMF: ``w_{t-1} .. w_{t-b+1}``,
+  ``[b-1, *leaf]`` per leaf) and the server optimizer's state (``fedadam``: its
+  moments). A part the run does not carry is None. Checkpointed with the model
+  (:func:`carried_state_dict`), never written to ``model.msgpack``: the states are
+  the server's own."""
 
   model: PyTree
-  noise: PyTree
+  noise: PyTree = None
+  opt: PyTree = None
+
+
+def _noise_state(cfg: RoundConfig, params: PyTree) -> PyTree:
+  s = cfg.correlated
+  return None if s is None else correlated.get(s.name).init(s, params)
+
+
+def initial_states(cfg: RoundConfig, params: PyTree) -> tuple[PyTree, PyTree]:
+  """``(noise state, optimizer state)`` a run starts from, None where none is carried."""
+  return _noise_state(cfg, params), cfg.server_optimizer.init(params)
 
 
 def carries_state(cfg: RoundConfig) -> bool:
-  """Whether the round runs on :class:`CarriedParams` (a correlated strategy with state)."""
-  s = cfg.correlated
-  return s is not None and correlated.get(s.name).init(s, jnp.zeros(())) is not None
+  """Whether the round runs on :class:`CarriedParams`: a correlated strategy with
+  state, or a server optimizer with state."""
+  return cfg.server_optimizer.stateful or _noise_state(cfg, jnp.zeros(())) is not None
 
 
 def carried_params(cfg: RoundConfig, params: PyTree) -> PyTree:
   """A run's initial round input: ``params``, or :class:`CarriedParams` with the
-  strategy's initial state when the round carries one (:func:`carries_state`)."""
+  initial states when the round carries any (:func:`carries_state`)."""
   if not carries_state(cfg) or isinstance(params, CarriedParams):
     return params
-  return CarriedParams(params, correlated.get(cfg.correlated.name).init(cfg.correlated, params))
+  return CarriedParams(params, *initial_states(cfg, params))
 
 
 def model_params(params: PyTree) -> PyTree:
-  """The model of a round input (strips :class:`CarriedParams`' noise state)."""
+  """The model of a round input (strips :class:`CarriedParams`' states)."""
   return params.model if isinstance(params, CarriedParams) else params
+
+
+def carried_state_dict(params: PyTree) -> Any:
+  """``flax.serialization.to_state_dict(params)``, with a :class:`CarriedParams`'
+  absent (None) parts left out: a run that carries only a correlated mechanism's
+  state writes the checkpoint it wrote before server optimizers existed."""
+  if not isinstance(params, CarriedParams):
+    return serialization.to_state_dict(params)
+  return {k: serialization.to_state_dict(v) for k, v in params._asdict().items()
+          if v is not None}
+
+
+def carried_from_state_dict(template: PyTree, state: Any) -> PyTree:
+  """The inverse of :func:`carried_state_dict` against a ``template`` of the same
+  structure (raises KeyError or ValueError on a state of another structure)."""
+  if not isinstance(template, CarriedParams):
+    return serialization.from_state_dict(template, state)
+  if set(state) != {k for k, v in template._asdict().items() if v is not None}:
+    raise ValueError(f"the carried state holds {sorted(state)}, the run carries "
+                     f"{[k for k, v in template._asdict().items() if v is not None]}")
+  return template._replace(**{k: serialization.from_state_dict(getattr(template, k), v, name=k)
+                              for k, v in state.items()})
 
 
 def take_rows(a: jax.Array, data_id: jax.Array, idx: jax.Array, stacked: bool) -> jax.Array:
@@ -566,10 +620,26 @@ def _server_noise(r: _Round, a: RoundArgs, agg: PyTree, count: jax.Array, state=
   return agg, count, state
 
 
-def _finish(r: _Round, p, a, agg, loss, norm, count, on, state=None):
+def _server_step(opt: optimizers.Optimizer, w: PyTree, agg: PyTree, server_lr: jax.Array,
+                 state: PyTree) -> tuple[PyTree, PyTree]:
+  """``(w - server_lr d, state')``: ``d`` the server optimizer's direction of the
+  pseudo-gradient ``w - aggregate`` (Reddi et al. 2021), from ``state`` (None: a
+  stateless direction, ``fedavg``, whose ``d`` is the pseudo-gradient itself, so the
+  step is ``w + server_lr (aggregate - w)`` bit for bit). It reads only the noisy
+  aggregate and the public model: post-processing."""
+  direction = opt.direction()
+  st = direction.init(w) if state is None else state
+  grad = jax.tree_util.tree_map(lambda x, y: x - y, w, agg)
+  d, st = direction.update(grad, st, w)
+  new = jax.tree_util.tree_map(lambda x, u: x - server_lr * u, w, d)
+  return new, (None if state is None else st)
+
+
+def _finish(r: _Round, p, a, agg, loss, norm, count, on, state=(None, None)):
   """One point's server step: the aggregate completed to a model, the server's noise,
-  ``w + server_lr (aggregate - w)``, the metrics; inactive points keep their model
-  (and their correlated noise ``state``). Returns ``((model, state'), metrics)``."""
+  the server optimizer's step (:func:`_server_step`), the metrics; inactive points
+  keep their model and their carried ``state = (noise state, optimizer state)``.
+  Returns ``((model, state'), metrics)``."""
   if r.cfg.aggregation == "normalized":
     # No client selected (possible under Poisson sampling): keep the global model.
     agg = jax.tree_util.tree_map(lambda x, y: jnp.where(r.total_selected > 0, x, y), agg, p)
@@ -577,8 +647,10 @@ def _finish(r: _Round, p, a, agg, loss, norm, count, on, state=None):
     # sum_i p_i w_i + (1 - sum_i p_i) w = w + sum_i p_i (w_i - w): average updates.
     rest = 1.0 - r.total_selected / r.agg_denom
     agg = jax.tree_util.tree_map(lambda x, y: x + rest * y, agg, p)
-  agg, count, new_state = _server_noise(r, a, agg, count, state)
-  new = jax.tree_util.tree_map(lambda w, x: w + a.server_lr * (x - w), p, agg)
+  noise_state, opt_state = state
+  agg, count, noise_state = _server_noise(r, a, agg, count, noise_state)
+  new, opt_state = _server_step(r.cfg.server_optimizer, p, agg, a.server_lr, opt_state)
+  new_state = (noise_state, opt_state)
   update_sq = sum(jnp.sum(jnp.square(x - y)) for x, y in
                   zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(p)))
   metrics = RoundMetrics(train_loss=loss, grad_norm=norm,
@@ -607,17 +679,16 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
   (:func:`_median_clip`, ``clip_rule='median'``), the clients' weighted sums
   (:func:`_client_sums`), the server step per point (:func:`_finish`).
 
-  A correlated mechanism that carries state takes ``params`` as
-  :class:`CarriedParams` and returns them so; given the bare model instead, its state
-  starts from the initial one (round 0, as the audit runs it) and the bare model is
-  returned.
+  A round that carries state (a correlated mechanism's, a server optimizer's) takes
+  ``params`` as :class:`CarriedParams` and returns them so; given the bare model
+  instead, its states start from the initial ones (round 0, as the audit runs it)
+  and the bare model is returned.
   """
   carried = isinstance(params, CarriedParams)
-  state = params.noise if carried else None
+  state = (params.noise, params.opt) if carried else (None, None)
   params = model_params(params)
   if not carried and carries_state(cfg):
-    s = cfg.correlated
-    state = lanes(lambda p: correlated.get(s.name).init(s, p))(params)
+    state = lanes(lambda p: initial_states(cfg, p))(params)
   r = _prepare(model, cfg, params, data, args, lanes)
   if cfg.clip_rule == "median":
     r = _median_clip(r)
@@ -628,7 +699,7 @@ def _round(model: Model, cfg: RoundConfig, params: PyTree, data: FederatedData,
 
   (new, state), metrics = lanes(finish)(params, r.args, aggregate, train_loss, grad_norm,
                                         clip_count, active, state)
-  return (CarriedParams(new, state) if carried else new), metrics
+  return (CarriedParams(new, *state) if carried else new), metrics
 
 
 def masked_median(values: jax.Array, mask: jax.Array) -> jax.Array:

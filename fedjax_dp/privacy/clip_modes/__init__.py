@@ -15,6 +15,7 @@ Adding a clip mode: write ``fedjax_dp/privacy/clip_modes/<name>.py`` defining
 from __future__ import annotations
 
 from fedjax_dp.privacy.clip_modes import (
+  base,
   none,
   param_l2,
   per_example_l1,
@@ -62,9 +63,11 @@ def register(mode: ClipMode) -> ClipMode:
 
 
 def check_config(inputs) -> None:
-  """The configured mode's own checks (:attr:`ClipMode.check`) of
-  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`; an unknown mode is left to the
-  config's field rules.
+  """The configured mode's own checks (:attr:`Proof.check`) of
+  :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, and the client optimizer where the
+  mode's bound at the placement counts the local steps (:attr:`Proof.step_weighted`,
+  :func:`base.check_step_weighted`); an unknown mode is left to the config's field
+  rules.
 
   Raises:
     ConfigError: naming the field.
@@ -72,6 +75,7 @@ def check_config(inputs) -> None:
   mode = CLIP_MODES.get(inputs.client.clip_mode)
   if mode is not None:
     mode.proof.check(inputs)
+    base.check_step_weighted(mode, inputs)
 
 
 def supporting(placement: str, laplace: bool = False) -> tuple[str, ...]:

@@ -15,8 +15,9 @@ event's privacy unit, the config checks and the audit's canary cannot drift apar
   sensitivity at each noise placement it has a proof for (the proofs are in the mode
   file's docstrings), those where it is an L1 sensitivity (Laplace), the placements at
   which the privacy unit is the client, the properties the plan's other owners read
-  (Poisson steps, the server's clip rules, the formulas of an upload ball), and its
-  own check of the run's typed inputs;
+  (Poisson steps, the server's clip rules, the formulas of an upload ball), the
+  placements whose bound counts the client optimizer's step weights, and its own
+  check of the run's typed inputs;
 * :class:`Canary`: how the audit (:mod:`fedjax_dp.audit.audit`) builds a canary pair
   that reaches the bound.
 """
@@ -30,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp import optimizers
 from fedjax_dp.errors import ConfigError
 from fedjax_dp.models.base import Model
 from fedjax_dp.privacy import clipping
@@ -51,7 +53,9 @@ class SensitivityInputs(NamedTuple):
     minibatch: ``client.minibatch``.
     num_params: d, or None when the caller did not give it.
     q: a client's per-round selection probability.
-    client: :class:`fedjax_dp.privacy.inputs.ClientInputs` (``l2_reg``, the mode's name).
+    client: :class:`fedjax_dp.privacy.inputs.ClientInputs` (``l2_reg``, the mode's
+      name, the local steps' ``optimizer``, whose step weights a bound that counts
+      learning rates x steps reads: :func:`step_weights`).
     server: :class:`fedjax_dp.privacy.inputs.ServerInputs` (central noise: the
       aggregation, the selection rule, K).
   """
@@ -184,6 +188,11 @@ class Proof(NamedTuple):
       neighbours share (0, or the global model), whatever the data: its sensitivity
       is the ball's diameter 2 C (Yuan et al.'s Algorithm 1 reading, so their
       formulas admit it).
+    step_weighted: the placements at which :attr:`sensitivity` is proved step by step
+      and counts the local steps' weights (learning rates x steps): it reads the
+      client optimizer's step weights (:func:`step_weights`), and an optimizer
+      without them is refused there (:func:`check_optimizer`; from the config's
+      checks before any data is read, :func:`fedjax_dp.privacy.clip_modes.check_config`).
     check: ``(inputs) -> None`` refuses, from
       :class:`fedjax_dp.privacy.inputs.PrivacyInputs`, fields the proofs do not cover
       (ConfigError naming the field); called by ``make_privacy_plan`` and by the
@@ -197,6 +206,7 @@ class Proof(NamedTuple):
   poisson_steps: bool = False
   server_clip: bool = False
   upload_ball: bool = False
+  step_weighted: tuple[str, ...] = ()
   check: Callable[[Any], None] = _no_check
 
 
@@ -271,6 +281,76 @@ def check_decay(inputs: SensitivityInputs) -> None:
         "client.l2_reg * client.lr > 2 with several local steps: the decay factor "
         "|1 - eta kappa| exceeds 1 and the upload's sensitivity is unbounded by "
         "2 C (eta_1 / b + sum eta_s); lower client.l2_reg or client.lr")
+
+
+def check_optimizer(optimizer: optimizers.Optimizer, clip_mode: str, placement: str,
+                    l2_reg: float, local_steps: int) -> None:
+  """Refuses a client optimizer that a step-by-step bound (:attr:`Proof.step_weighted`)
+  does not cover.
+
+  The client's step is ``w_{s+1} = w_s - eta_s d_s`` with ``d_s`` the optimizer's
+  direction of ``G_s = g_s + kappa w_s`` (``g_s`` the step's clipped gradient). A
+  linear optimizer (one with :attr:`fedjax_dp.optimizers.Optimizer.step_weights_fn`) uploads
+  ``w_{E+1} = w_1 - sum_j A_j G_j`` with ``A_j >= 0`` fixed in advance (SGD:
+  ``A_j = eta_j``; heavy-ball momentum ``beta``: ``A_j = sum_{s>=j} eta_s beta^(s-j)``,
+  :func:`fedjax_dp.optimizers.heavy_ball_weights`). With ``kappa = 0`` two runs on
+  neighbouring data start at the same ``w_1``, so ``||w_{E+1} - w'_{E+1}|| <=
+  sum_j A_j ||g_j - g'_j||`` by the triangle inequality, in any norm, and each mode's
+  per-step bound on ``||g_j - g'_j||`` gives its sensitivity with ``A_j`` in place of
+  ``eta_j`` (:func:`step_weights`). With ``kappa > 0`` the argument of
+  :func:`check_decay` (each step contracts the difference) is SGD's only: a momentum
+  step's difference carries the earlier directions' too, and no contraction of it is
+  proved here, so several such steps are refused. One step is SGD's step whatever the
+  momentum (``A_1 = eta_1``, ``w_1`` shared).
+
+  Raises:
+    ConfigError: a non-linear optimizer (Adam, a transformation from Python: its
+      normalised steps are no fixed combination of the clipped gradients), or a
+      linear one other than SGD with ``client.l2_reg > 0`` over several steps; one
+      line naming ``client.optimizer`` and ``client.clip_mode``.
+  """
+  where = (f"client.optimizer={optimizer.name!r} with client.clip_mode={clip_mode!r} at "
+           f"privacy.placement={placement!r}")
+  if optimizer.step_weights_fn is None:
+    raise ConfigError(
+        f"{where}: the upload's sensitivity is proved step by step (it counts learning "
+        "rates x steps x C), and this optimizer's normalised steps are no fixed "
+        "combination of the clipped gradients; use client.optimizer='sgd' or 'momentum', "
+        "client.clip_mode='update_l2' or 'param_l2', or privacy.placement='step'")
+  if local_steps > 1 and l2_reg > 0 and not optimizer.l2_contraction:
+    raise ConfigError(
+        f"{where} and client.l2_reg={l2_reg:g} over {local_steps} local steps: the "
+        "bound's contraction argument (|1 - eta kappa| <= 1) holds for plain SGD only; "
+        "set client.l2_reg=0, client.optimizer='sgd' or client.local_steps=1")
+
+
+def step_weights(placement: str, inputs: SensitivityInputs) -> np.ndarray:
+  """``[E]`` the weights ``A_j`` of the local steps' gradients in the upload noised at
+  ``placement``, which a step-by-step bound counts where plain SGD's counts ``eta_j``
+  (SGD: ``inputs.lrs`` itself, so its sensitivity is computed exactly as before).
+  Checks the optimizer (:func:`check_optimizer`) and the decay (:func:`check_decay`)
+  first.
+
+  Raises:
+    ValueError: naming the field (:func:`check_optimizer`, :func:`check_decay`).
+  """
+  c = inputs.client
+  check_optimizer(c.optimizer, c.clip_mode, placement, float(c.l2_reg), int(inputs.lrs.size))
+  check_decay(inputs)
+  return c.optimizer.step_weights(inputs.lrs)
+
+
+def check_step_weighted(mode: ClipMode, inputs: Any) -> None:
+  """The client optimizer of :class:`fedjax_dp.privacy.inputs.PrivacyInputs` where
+  ``mode``'s bound at the configured placement counts the local steps
+  (:attr:`Proof.step_weighted`): :func:`check_optimizer`, before any data is read.
+
+  Raises:
+    ConfigError: naming ``client.optimizer`` and ``client.clip_mode``.
+  """
+  c, placement = inputs.client, inputs.privacy.placement
+  if placement in mode.proof.step_weighted:
+    check_optimizer(c.optimizer, mode.name, placement, float(c.l2_reg), c.local_steps)
 
 
 def no_sensitivity(placement: str, inputs: SensitivityInputs) -> np.ndarray:

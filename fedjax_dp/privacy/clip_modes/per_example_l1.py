@@ -20,6 +20,6 @@ MODE = base.ClipMode(
     summary="each example's gradient clipped to L1 norm C (Fu et al., for Laplace)",
     client=base.ClientHooks(base.per_example_grad(1), fused=fused.per_example(1)),
     proof=base.Proof(per_example_l2.sensitivity, placements=("upload", "step"),
-                     laplace=("upload", "step")),
+                     laplace=("upload", "step"), step_weighted=("upload",)),
     canary=base.Canary(input=base.sparse_input),
 )

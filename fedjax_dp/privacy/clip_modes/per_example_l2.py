@@ -43,9 +43,15 @@ def upload_sensitivity(clip: float, lrs: np.ndarray, batch: np.ndarray) -> np.nd
   ``||w_{s+1} - w'_{s+1}|| <= ||w_s - w'_s|| + eta_s ||g_s - g'_s||``; summing over s
   gives the bound. For E = 1 it is Wei et al.'s eq. (13), ``2 eta C / |D_i|``.
 
+  With an optimizer whose upload is ``w_1 - sum_j A_j G_j`` (heavy-ball momentum,
+  ``client.optimizer='momentum'``, ``A_j >= 0``; :func:`base.step_weights`), the two
+  runs' uploads differ by ``sum_j A_j (g_j - g'_j)`` (``kappa = 0``), and the same
+  per-step bounds give ``2 C (A_1 / b_i + sum_{j>=2} A_j)``: ``lrs`` are then the
+  ``A_j`` (``A_j = eta_j`` for SGD).
+
   Args:
     clip: C.
-    lrs: ``[E]`` the local step sizes.
+    lrs: ``[E]`` the local step sizes (the step weights ``A_j`` of a linear optimizer).
     batch: ``[U]`` examples per step b_i.
   """
   lrs = np.asarray(lrs, np.float64)
@@ -73,13 +79,13 @@ def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
   """Per-example clipping's sensitivity at ``placement`` (``upload`` or ``step``)."""
   if placement == "step":
     return step_sensitivity(inputs)
-  base.check_decay(inputs)
-  return upload_sensitivity(inputs.clip, inputs.lrs, inputs.batch)
+  return upload_sensitivity(inputs.clip, base.step_weights(placement, inputs), inputs.batch)
 
 
 MODE = base.ClipMode(
     name="per_example_l2",
     summary="each example's gradient clipped to L2 norm C (Wei et al.; DP-SGD)",
     client=base.ClientHooks(base.per_example_grad(2), fused=fused.per_example(2)),
-    proof=base.Proof(sensitivity, placements=("upload", "step"), poisson_steps=True),
+    proof=base.Proof(sensitivity, placements=("upload", "step"), step_weighted=("upload",),
+                     poisson_steps=True),
 )

@@ -16,6 +16,6 @@ MODE = base.ClipMode(
     summary="each local step's mean gradient clipped to L1 norm C (Fu et al., Laplace)",
     client=base.ClientHooks(base.step_grad(1)),
     proof=base.Proof(step_grad_l2.sensitivity, placements=("upload",), laplace=("upload",),
-                     client_level=("upload",)),
+                     client_level=("upload",), step_weighted=("upload",)),
     canary=base.Canary(input=base.sparse_input),
 )

@@ -41,9 +41,14 @@ def step_grad_sensitivity(clip: float, lrs: np.ndarray, num_clients: int) -> np.
   points and drops the factor 2 (spec ``fu_practicality.md`` section 6, A7); the
   certified epsilon uses this corrected value.
 
+  With heavy-ball momentum (``client.optimizer='momentum'``) the upload is
+  ``w_1 - sum_j A_j G_j`` with ``A_j = sum_{s>=j} eta_s beta^(s-j) >= 0``
+  (:func:`base.step_weights`), so with ``kappa = 0`` the uploads differ by at most
+  ``sum_j A_j ||g_j - g'_j|| <= 2 C sum_j A_j``: ``lrs`` are then the ``A_j``.
+
   Args:
     clip: C (``zeta``).
-    lrs: ``[E]`` the local step sizes.
+    lrs: ``[E]`` the local step sizes (the step weights ``A_j`` of a linear optimizer).
     num_clients: U.
   """
   return np.full(num_clients, 2.0 * clip * float(np.sum(np.asarray(lrs, np.float64))))
@@ -51,13 +56,14 @@ def step_grad_sensitivity(clip: float, lrs: np.ndarray, num_clients: int) -> np.
 
 def sensitivity(placement: str, inputs: base.SensitivityInputs) -> np.ndarray:
   """The upload's client-level sensitivity (placement ``upload``)."""
-  base.check_decay(inputs)
-  return step_grad_sensitivity(inputs.clip, inputs.lrs, inputs.num_clients)
+  return step_grad_sensitivity(inputs.clip, base.step_weights(placement, inputs),
+                               inputs.num_clients)
 
 
 MODE = base.ClipMode(
     name="step_grad_l2",
     summary="each local step's mean gradient clipped to L2 norm C (Fu et al., Gaussian)",
     client=base.ClientHooks(base.step_grad(2)),
-    proof=base.Proof(sensitivity, placements=("upload",), client_level=("upload",)),
+    proof=base.Proof(sensitivity, placements=("upload",), client_level=("upload",),
+                     step_weighted=("upload",)),
 )
