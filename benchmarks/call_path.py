@@ -40,10 +40,10 @@ from pathlib import Path
 # prefix; a module on no floor is an error, so a new module must be placed.
 FLOORS = (
     ("cli", ("fedjax_dp.cli", "fedjax_dp.account_cli")),
-    ("experiments", ("fedjax_dp.experiment", "fedjax_dp.sweep", "fedjax_dp.optimal_t",
-                     "fedjax_dp.papers", "fedjax_dp.audit", "fedjax_dp.attacks",
-                     "fedjax_dp.reproduction", "fedjax_dp.calibration_sweep",
-                     "fedjax_dp.catalog")),
+    ("experiments", ("fedjax_dp.api", "fedjax_dp.experiment", "fedjax_dp.sweep",
+                     "fedjax_dp.optimal_t", "fedjax_dp.papers", "fedjax_dp.audit",
+                     "fedjax_dp.attacks", "fedjax_dp.reproduction",
+                     "fedjax_dp.calibration_sweep", "fedjax_dp.catalog")),
     ("host", ("fedjax_dp.host",)),
     ("config", ("fedjax_dp.config", "fedjax_dp.configs")),
     ("training", ("fedjax_dp.training",)),

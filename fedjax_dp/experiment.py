@@ -47,8 +47,6 @@ __all__ = [
   "RunLoop",
   "RunResult",
   "Setup",
-  "_client_round_config",
-  "_partition",
   "build",
   "cohort_key",
   "count_std",
@@ -67,13 +65,8 @@ __all__ = [
   "same_program",
 ]
 
-# Older names (tests and attacks import them).
-_partition = partition_clients
-_client_round_config = round_config
-
-
 def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
-        overwrite: bool | str = False) -> RunResult:
+        overwrite: bool | str = False, build_kwargs: dict | None = None) -> RunResult:
   """Runs one experiment and (if ``out_dir``) writes its run directory.
 
   The loop is thin: per round, the schedule plans noise on the host, one jitted call
@@ -90,7 +83,9 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
 
   With ``overwrite``, only the files the project wrote in ``out_dir`` are removed
   first, and none if one of them was changed since it wrote it (``overwrite=
-  outputs.EDITED`` removes those too; :mod:`fedjax_dp.files.outputs`).
+  outputs.EDITED`` removes those too; :mod:`fedjax_dp.files.outputs`). ``build_kwargs``
+  go to :func:`build` (the objects given from Python: ``federation``, ``model``;
+  :mod:`fedjax_dp.api`).
 
   Raises:
     config_lib.ConfigError: ``out_dir`` holds a run of another config (the message
@@ -119,10 +114,10 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
                unit="round")
     try:
       with interruptible():
-        return _run_optimal_t(cfg, out_dir, bar=bar)
+        return _run_optimal_t(cfg, out_dir, bar=bar, build_kwargs=build_kwargs)
     finally:
       bar.close()
-  setup = setup or build(cfg)
+  setup = setup or build(cfg, **(build_kwargs or {}))
   bar = tqdm(total=int(cfg.rounds), disable=not cfg.progress, desc=cfg.name, unit="round")
   try:
     with interruptible():
@@ -132,18 +127,20 @@ def run(cfg, out_dir: str | None = None, setup: Setup | None = None, *,
   return result
 
 
-def _run_optimal_t(cfg, out_dir: str | None, *, bar=None) -> RunResult:
+def _run_optimal_t(cfg, out_dir: str | None, *, bar=None,
+                   build_kwargs: dict | None = None) -> RunResult:
   """Runs an ``optimal_t`` config's candidates as one batched sweep and keeps the best
   (:mod:`fedjax_dp.optimal_t`)."""
   cands = optimal_t.candidates(cfg)
   dirs = [optimal_t.claim_candidate(out_dir, t) for t, _ in cands]
-  res = run_batched([c for _, c in cands], dirs, bar=bar)
+  res = run_batched([c for _, c in cands], dirs, bar=bar, build_kwargs=build_kwargs)
   return optimal_t.select(cfg, [(t, r) for (t, _), r in zip(cands, res)], out_dir)
 
 
 def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None], *,
                 bar=None, devices: Sequence[jax.Device] | None = None,
-                cache: dict | None = None) -> list[RunResult]:
+                cache: dict | None = None,
+                build_kwargs: dict | None = None) -> list[RunResult]:
   """Runs many configs: builds each, groups those that share a compiled round
   (:func:`group_key`) and runs every group as one vmapped program
   (:func:`run_group`).
@@ -154,6 +151,7 @@ def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None
     bar: a tqdm bar advanced by one per run-round.
     devices: devices to lay each group over (default: all).
     cache: shared :func:`build` cache (datasets, partitions).
+    build_kwargs: given to every :func:`build` (objects from Python, :mod:`fedjax_dp.api`).
 
   Returns:
     One :class:`RunResult` per config, in order.
@@ -161,7 +159,7 @@ def run_batched(cfgs: Sequence[Any], out_dirs: Sequence[str | os.PathLike | None
   cache = {} if cache is None else cache
   cfgs = [noise_identity.resolve(c, noise_identity.recorded_config(d))
           for c, d in zip(cfgs, out_dirs)]
-  setups = [build(c, cache=cache) for c in cfgs]
+  setups = [build(c, cache=cache, **(build_kwargs or {})) for c in cfgs]
   groups: dict[tuple, list[int]] = {}
   for i, s in enumerate(setups):
     # Runs that evaluate every round (CRD) go apart: a group evaluates all of its

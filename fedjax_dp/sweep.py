@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import re
+import sys
 import time
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -123,21 +124,6 @@ def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
   return grid
 
 
-def _as_text(value: Any) -> str:
-  """A Python value as ``--set`` text that ``config.override`` parses back to it."""
-  if isinstance(value, str):
-    return value
-  if hasattr(value, "item") and not isinstance(value, (list, tuple)):
-    value = value.item()  # numpy scalars
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  if isinstance(value, float):
-    return repr(value) if math.isfinite(value) else str(value)
-  if isinstance(value, (list, tuple)):
-    return repr(tuple(value))
-  return str(value)
-
-
 def _get(cfg, key: str) -> Any:
   node = cfg
   for part in key.split("."):
@@ -178,7 +164,7 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = (), *,
   labels = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(keys, leaves)]
   points = []
   for index, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
-    point_cfg = config_lib.override(base, [f"{k}={_as_text(v)}" for k, v in zip(keys, combo)])
+    point_cfg = config_lib.override(base, [f"{k}={config_lib.as_set_text(v)}" for k, v in zip(keys, combo)])
     values = {k: _get(point_cfg, k) for k in keys}
     name = f"{index:03d}" + "".join(f"-{lab}={_label(values[k])}"
                                      for lab, k in zip(labels, keys))
@@ -204,9 +190,9 @@ def _check_distinct(base, key: str, raw: Sequence[Any]) -> None:
   """Refuses a grid that gives one value twice (``seed=0,0``: two identical runs)."""
   seen: list[Any] = []
   for v in raw:
-    value = _get(config_lib.override(base, [f"{key}={_as_text(v)}"]), key)
+    value = _get(config_lib.override(base, [f"{key}={config_lib.as_set_text(v)}"]), key)
     if value in seen:
-      raise config_lib.ConfigError(f"--grid {key}: value {_as_text(v)} is given twice")
+      raise config_lib.ConfigError(f"--grid {key}: value {config_lib.as_set_text(v)} is given twice")
     seen.append(value)
 
 
@@ -456,3 +442,15 @@ def _fresh_rows(points: Sequence[Point], point_dirs, done, ran, write: bool
     else:
       fresh[p.index] = ran[(p.index, None)].rows
   return fresh
+
+
+class _Module(types.ModuleType):
+  """``fedjax_dp.sweep(...)`` is the Python API's sweep (:func:`fedjax_dp.api.sweep`):
+  the package exports that name, which this module's name would otherwise shadow."""
+
+  def __call__(self, *args, **kwargs):
+    from fedjax_dp import api  # (the API sits on this module's floor and imports it)
+    return api.sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _Module

@@ -176,7 +176,7 @@ def test_poisson_step_within_add_remove_sensitivity():
                         "client.clip": clip, "data.num_clients": 1,
                         "server.clients_per_round": 1})
   plan = plan_from_config(cfg, np.array([N - 1]))
-  ccfg = experiment._client_round_config(cfg).client
+  ccfg = experiment.round_config(cfg).client
   ccfg = type(ccfg)(**{**ccfg.__dict__, "noise_placement": "none"})
   hp = client_lib.ClientHParams(jnp.full((1,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0), jnp.float32(N - 1))

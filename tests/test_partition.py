@@ -360,13 +360,13 @@ def test_skews_from_config():
   cfg = config_lib.base_config()
   cfg.data.partition, cfg.data.num_clients, cfg.data.samples_per_client = "label_skew", 10, 50
   cfg.data.skews = tuple(np.arange(10) / 10)
-  parts = experiment._partition(cfg, labels)
+  parts = experiment.partition_clients(cfg, labels)
   np.testing.assert_allclose(_dominant_share(labels, parts), np.arange(10) / 10, atol=1e-9)
   cfg.data.skews = (0.5, 0.5)
   with pytest.raises(config_lib.ConfigError, match="data.skews holds 2 values"):
-    experiment._partition(cfg, labels)
+    experiment.partition_clients(cfg, labels)
   cfg.data.skews, cfg.data.skew_scheme, cfg.data.skew_remainder = (), "adpfl_even", "all"
-  parts = experiment._partition(cfg, labels)
+  parts = experiment.partition_clients(cfg, labels)
   expect = adpfl_skews(10, evenly_spaced=True)
   assert np.all(_dominant_share(labels, parts) >= expect - 1e-12)
   cfg.data.skew_scheme = "zipf"

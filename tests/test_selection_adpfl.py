@@ -170,7 +170,7 @@ def test_run_writes_the_assumption_and_selects_k(rule, tmp_path):
   setup = experiment.build(cfg)
   h = heterogeneity.client_heterogeneity(
       np.asarray(experiment.load_dataset(cfg.data.name, cfg.data.dir).y_train),
-      experiment._partition(cfg, np.asarray(
+      experiment.partition_clients(cfg, np.asarray(
           experiment.load_dataset(cfg.data.name, cfg.data.dir).y_train), None), 10)
   field = "scores" if rule == "wasserstein_topk" else "probabilities"
   np.testing.assert_allclose(setup.selection_weights, h[field])

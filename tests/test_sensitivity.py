@@ -119,7 +119,7 @@ def test_step_grad_upload_within_client_level_sensitivity(clip_mode, mechanism, 
   plan = plan_from_config(cfg, np.array([N]))
   assert plan.event(np.ones(1)).level == "client"
   np.testing.assert_allclose(plan.sensitivity, 2 * clip * lr * steps)
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+  ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0))
@@ -248,7 +248,7 @@ def test_momentum_step_grad_upload_reaches_its_bound_beyond_sgds():
   plan = plan_from_config(cfg, np.array([N]))
   weights = optimizers.heavy_ball_weights(np.full(steps, lr), beta)
   np.testing.assert_allclose(plan.sensitivity, 2 * clip * weights.sum())
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+  ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0))
@@ -344,7 +344,7 @@ def central_moves(clip_mode, selection_name, aggregation, k, q, trials=3):
                 "server.aggregation": aggregation, "privacy.placement": "central",
                 "client.clip_mode": clip_mode, "client.clip": clip, "client.lr": lr})
   plan = plan_from_config(cfg, np.asarray(data.counts))
-  rcfg = experiment._client_round_config(cfg)
+  rcfg = experiment.round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
   fn = engine.make_round_fn(MODEL, rcfg)
@@ -448,10 +448,10 @@ def test_every_registered_clip_mode_and_placement_is_searched():
   assert want <= set(SEARCHED), sorted(want - set(SEARCHED))
 
 
-def _upload_moves(cfg, steps, lr, clip, ord, seed):
+def _upload_moves(cfg, steps, lr, clip, ord, seed, model=MODEL):
   """``[TRIALS]`` how far the noiseless upload moves between neighbouring datasets
-  (:func:`_pairs`), computed by the client as the engine configures it."""
-  ccfg = dataclasses.replace(experiment._client_round_config(cfg).client,
+  (:func:`_pairs`), computed by the client (of ``model``) as the engine configures it."""
+  ccfg = dataclasses.replace(experiment.round_config(cfg).client,
                              noise_placement="none")
   hp = client_lib.ClientHParams(jnp.full((steps,), lr, jnp.float32), jnp.float32(clip),
                                 jnp.float32(0), jnp.float32(0))
@@ -460,12 +460,32 @@ def _upload_moves(cfg, steps, lr, clip, ord, seed):
   @jax.jit
   @jax.vmap
   def moved(params, x, y, x2, y2, key):
-    a = client_lib.client_update(MODEL, ccfg, params, x, y, mask, key, hp).params
-    b = client_lib.client_update(MODEL, ccfg, params, x2, y2, mask, key, hp).params
+    a = client_lib.client_update(model, ccfg, params, x, y, mask, key, hp).params
+    b = client_lib.client_update(model, ccfg, params, x2, y2, mask, key, hp).params
     return _dist(a, b, ord)
 
   keys = jax.random.split(jax.random.PRNGKey(3), TRIALS)
   return np.asarray(moved(*_pairs(seed, lr, clip), keys))
+
+
+@pytest.mark.parametrize("clip_mode,steps,batch", [
+    ("per_example_l2", 3, 0), ("per_example_l2", 2, 4), ("update_l2", 3, 0),
+    ("param_l2", 2, 0)])
+def test_a_global_model_term_in_the_loss_stays_within_plan_sensitivity(clip_mode, steps,
+                                                                       batch):
+  """FedProx from Python (fedjax_dp.models.adapters): the proximal term is part of every
+  example's loss, so clipping bounds it with the rest and the plan's sensitivity holds
+  unchanged, even with a strong pull (mu = 5, lr mu > 1)."""
+  from fedjax_dp.models.adapters import UserSpec, fedprox
+  prox = UserSpec(MODEL.module, "hinge", fedprox(5.0), "svm_prox")((2,), 2)
+  lr, clip = 0.5, 1.0
+  cfg = _cfg(**{"client.clip_mode": clip_mode, "client.local_steps": steps,
+                "client.batch_size": batch, "client.lr": lr, "client.clip": clip,
+                "data.num_clients": 1, "server.clients_per_round": 1})
+  plan = plan_from_config(cfg, np.array([N]), num_params=prox.num_params())
+  d = _upload_moves(cfg, steps, lr, clip, 2, 7 + steps, model=prox)
+  assert np.all(d <= plan.sensitivity[0] * (1 + 1e-5)), (d.max(), plan.sensitivity[0])
+  assert d.max() > 0.0
 
 
 def _half_update_mode() -> clip_modes.ClipMode:

@@ -103,7 +103,7 @@ def test_b3_central_poisson_fixed_denominator_bounds_a_small_cohort():
                 "privacy.placement": "central", "client.clip_mode": "update_l2",
                 "server.aggregation": "fixed", "client.clip": 1.0, "client.lr": 50.0})
   plan = plan_from_config(cfg, np.asarray(data.counts))
-  rcfg = experiment._client_round_config(cfg)
+  rcfg = experiment.round_config(cfg)
   rcfg = dataclasses.replace(rcfg, client=dataclasses.replace(rcfg.client,
                                                               noise_placement="none"))
   fn = engine.make_round_fn(model, rcfg)

@@ -80,7 +80,7 @@ def _shadow_runs(cfg, setup: experiment.Setup, seeds, x, y, data_cache: dict | N
            hashlib.sha1(np.ascontiguousarray(x[s])).hexdigest(),
            hashlib.sha1(np.ascontiguousarray(y[s])).hexdigest())
     if ("clients", key) not in data_cache:
-      clients = experiment._partition(c, y[s])  # pylint: disable=protected-access
+      clients = experiment.partition_clients(c, y[s])
       used = np.concatenate([np.asarray(i, np.int64) for i in clients])
       if len(np.unique(used)) != len(y[s]):
         raise ValueError(

@@ -501,6 +501,21 @@ def _all_keys(cfg: ConfigDict, prefix: str = "") -> list[str]:
   return keys
 
 
+def as_set_text(value: Any) -> str:
+  """A Python value as ``--set`` text that :func:`override` parses back to it."""
+  if isinstance(value, str):
+    return value
+  if hasattr(value, "item") and not isinstance(value, (list, tuple)):
+    value = value.item()  # numpy scalars
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, float):
+    return repr(value) if math.isfinite(value) else str(value)
+  if isinstance(value, (list, tuple)):
+    return repr(tuple(value))
+  return str(value)
+
+
 def override(cfg: ConfigDict, assignments: Sequence[str]) -> ConfigDict:
   """Applies ``key=value`` strings to a copy of ``cfg``.
 
@@ -589,7 +604,8 @@ FIELD_RULES: dict[str, Rule] = {
     "data.dominance": _UNIT,
     "data.test_samples": Rule("int", 0, _I32),
     "data.placement": Rule("str", choices=_registry("fedjax_dp.data.streaming", "PLACEMENTS")),
-    "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS")),
+    # 'python': a model given from Python (fedjax_dp.api; building refuses it without one).
+    "model.name": Rule("str", choices=_registry("fedjax_dp.models.zoo", "MODELS", "python")),
     # (The privacy layer holds one step size per local step: 2^31 of them would take
     # tens of GB before any check could run.)
     "client.local_steps": Rule("int", 1, MAX_LOCAL_STEPS),

@@ -17,15 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp import compile_cache
+from fedjax_dp import compile_cache, optimizers
 from fedjax_dp import config as config_lib
-from fedjax_dp import optimizers
 from fedjax_dp.config import privacy_inputs
 from fedjax_dp.data import build_federated_data, load_dataset, partition_clients, streaming
 from fedjax_dp.data.federated import pack_federated_data
-from fedjax_dp.data.fingerprint import dataset_fingerprint
+from fedjax_dp.data.fingerprint import array_digest, dataset_fingerprint
+from fedjax_dp.data.given import Federation
 from fedjax_dp.host import overflow
 from fedjax_dp.models import get_model
+from fedjax_dp.models.adapters import PYTHON_MODEL, check_fits, code_text
 from fedjax_dp.privacy import selection as selection_lib
 from fedjax_dp.privacy.plan import (
   PrivacyPlan,
@@ -72,8 +73,8 @@ def round_config(cfg, client_chunk: int = 0) -> rounds.RoundConfig:
                              correlated_noise=correlated_strategy(inputs))
 
 
-def build(cfg, *, cache: dict | None = None,
-          client_optimizer: optimizers.Optimizer | None = None,
+def build(cfg, *, cache: dict | None = None, federation: Federation | None = None,
+          model: Any = None, client_optimizer: optimizers.Optimizer | None = None,
           server_optimizer: optimizers.Optimizer | None = None) -> Setup:
   """Validates ``cfg`` and builds data, model and privacy plan (before any training).
 
@@ -82,6 +83,13 @@ def build(cfg, *, cache: dict | None = None,
     cache: optional dict shared by several builds (a sweep): runs with the same
       :func:`data_key` share one device copy of the client data, and runs of the
       same dataset share the test set.
+    federation: the clients' data given from Python
+      (:func:`fedjax_dp.data.given.federation`) in place of ``data.name``'s; the
+      number of clients and their sizes are its own (``data.num_clients`` must agree,
+      ``data.partition`` must be ``'natural'``).
+    model: a model given from Python in place of ``model.name``'s: a builder
+      ``(input_shape, num_classes) -> Model`` (:class:`fedjax_dp.models.adapters.UserSpec`);
+      ``model.name`` must then be ``'python'``.
     client_optimizer, server_optimizer: optimizers given from Python
       (:func:`fedjax_dp.optimizers.from_transformation`) in place of the config's
       ``client.optimizer`` / ``server.optimizer`` (:func:`check_given_optimizers`).
@@ -96,7 +104,7 @@ def build(cfg, *, cache: dict | None = None,
   # The partitioners, the model zoo and the privacy plan check the values they are
   # given and raise ValueError naming the field: here that is the user's config.
   with config_lib.as_config_errors():
-    return _build(cfg, cache, given)
+    return _build(cfg, cache, given, federation, model)
 
 
 def check_given_optimizers(cfg, client: optimizers.Optimizer | None = None,
@@ -117,7 +125,35 @@ def check_given_optimizers(cfg, client: optimizers.Optimizer | None = None,
           f"{float(defaults[side].lr):g}, or put the rate in the transformation only")
 
 
-def _build(cfg, cache: dict | None, given: tuple) -> Setup:
+def _with_given(fingerprint: str, *parts: str) -> str:
+  """The noise identity's data fingerprint with what Python gave and the config does not
+  name (a model, an optimizer's transformation): two runs that differ in one never share
+  a noise stream (a difference of two releases that share noise cancels it)."""
+  return array_digest(np.frombuffer("|".join((fingerprint, *parts)).encode(), np.uint8))
+
+
+def _given_checks(cfg, federation: Federation | None, model: Any) -> None:
+  """A config that disagrees with the objects given from Python (before any data)."""
+  if federation is not None:
+    if int(cfg.data.num_clients) != federation.num_clients:
+      raise config_lib.ConfigError(
+          f"data.num_clients={int(cfg.data.num_clients)}, but the federation given holds "
+          f"{federation.num_clients} clients: the number of clients comes from the data "
+          f"(leave data.num_clients unset or make them agree)")
+    if cfg.data.partition != "natural":
+      raise config_lib.ConfigError(
+          f"data.partition={cfg.data.partition!r} partitions a loaded dataset; a federation "
+          f"given from Python holds its own clients (data.partition='natural')")
+  if (model is None) == (cfg.model.name == PYTHON_MODEL):
+    raise config_lib.ConfigError(
+        f"model.name={cfg.model.name!r} " + ("names a model given from Python, but none was "
+                                            "given" if model is None else
+                                            f"with a model given from Python: set model.name="
+                                            f"{PYTHON_MODEL!r}"))
+
+
+def _build(cfg, cache: dict | None, given: tuple, federation: Federation | None = None,
+           given_model: Any = None) -> Setup:
   """Builds down the floors: this module's own checks and keys; the data (dataset,
   partition, device copy, test set) and the model; the cohort slots and the privacy
   plan (selection, privacy); then the static round and its chunk size (training)."""
@@ -128,10 +164,18 @@ def _build(cfg, cache: dict | None, given: tuple) -> Setup:
   if chunk < CLIENT_CHUNK_AUTO:
     raise config_lib.ConfigError(f"server.client_chunk must be >= 0 (0 = all at once) or "
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
+  _given_checks(cfg, federation, given_model)
   cache = {} if cache is None else cache
-  ds, clients, data, x_test, y_test, fingerprint = _data(cfg, cache)
+  ds, clients, data, x_test, y_test, fingerprint = _data(cfg, cache, federation)
   regression = ds.is_regression
-  model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  source = ds.source
+  if given_model is None:
+    model = get_model(cfg.model.name, ds.x_train.shape[1:], ds.num_classes)
+  else:
+    model = given_model(ds.x_train.shape[1:], ds.num_classes)
+    check_fits(model, np.asarray(ds.x_train[:2]), np.asarray(ds.y_train[:2]))
+    source = {**(source or {}), "model": model.describe()}
+    fingerprint = _with_given(fingerprint, source["model"]["fingerprint"])
   num_params = model.num_params()
   if model.is_regression != regression:
     kinds = ("a classifier", "a regressor")
@@ -142,6 +186,9 @@ def _build(cfg, cache: dict | None, given: tuple) -> Setup:
   # client's, the round applies both.
   opts = (given[0] or optimizers.client_optimizer(cfg.client),
           given[1] or optimizers.server_optimizer(cfg.server))
+  if any(o is not None for o in given):  # (the config does not describe them)
+    fingerprint = _with_given(fingerprint, *(code_text(o.transformation) for o in given
+                                             if o is not None))
   u = len(clients)
   n_eps = len(cfg.privacy.client_epsilons)
   if n_eps and n_eps != u:  # (natural partitions: U comes from the data)
@@ -171,19 +218,28 @@ def _build(cfg, cache: dict | None, given: tuple) -> Setup:
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
-               ds.source, fingerprint)
+               source, fingerprint)
 
 
-def _data(cfg, cache: dict):
+def _data(cfg, cache: dict, federation: Federation | None = None):
   """The dataset, its clients' indices and packed data, the test set and the data's
   content fingerprint (shared through ``cache`` by the runs of a sweep that read the
-  same ones)."""
+  same ones). A federation given from Python is the dataset, its clients as given."""
   key = data_key(cfg)
-  ds = load_dataset(cfg.data.name, cfg.data.dir)
-  if ("fingerprint", ds.name, cfg.data.dir) not in cache:
-    cache["fingerprint", ds.name, cfg.data.dir] = dataset_fingerprint(ds)
+  if federation is None:
+    ds = load_dataset(cfg.data.name, cfg.data.dir)
+    fkey = ("fingerprint", ds.name, cfg.data.dir)
+    if fkey not in cache:
+      cache[fkey] = dataset_fingerprint(ds)
+  else:
+    fkey = ("given", id(federation))
+    if fkey not in cache:  # (the federation itself is held, so its id stays its own)
+      cache[fkey] = (federation.fingerprint(), federation.dataset(), federation)
+    ds = cache[fkey][1]
+    key = json.dumps(["given", cache[fkey][0]])
   if ("clients", key) not in cache:
-    clients = partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
+    clients = (partition_clients(cfg, np.asarray(ds.y_train), ds.train_groups)
+               if federation is None else federation.clients())
     # data.placement='host': the packed arrays stay in host memory; groups.run_group
     # streams each round's cohort to the device (fedjax_dp.data.streaming).
     pack = (pack_federated_data if cfg.data.get("placement", "device") == "host"
@@ -191,7 +247,7 @@ def _data(cfg, cache: dict):
     cache["clients", key] = (clients, pack(ds.x_train, ds.y_train, clients))
   clients, data = cache["clients", key]
   n_test = int(cfg.data.get("test_samples", 0))
-  test_key = (cfg.data.name, cfg.data.dir, n_test)
+  test_key = (key if federation is not None else cfg.data.name, cfg.data.dir, n_test)
   if ("test", test_key) not in cache:
     x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
     if 0 < n_test < len(y_t):
@@ -199,8 +255,8 @@ def _data(cfg, cache: dict):
       keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
       x_t, y_t = x_t[keep], y_t[keep]
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
-  return (ds, clients, data, *cache["test", test_key],
-          cache["fingerprint", ds.name, cfg.data.dir])
+  fingerprint = cache[fkey] if federation is None else cache[fkey][0]
+  return ds, clients, data, *cache["test", test_key], fingerprint
 
 
 def same_program(a: Setup, b: Setup) -> bool:

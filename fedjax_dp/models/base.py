@@ -95,6 +95,18 @@ class Model:
     predictions ``[n, 1]`` and float targets ``[n]`` for a regressor)."""
     return LOSSES[self.loss_name](logits, labels)
 
+  def losses(self, params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+    """The per-example training loss ``[n]`` of ``params`` on ``x [n, ...]``, ``y [n]``:
+    what clipping differentiates (a user model adds its global-model term here,
+    :mod:`fedjax_dp.models.adapters`)."""
+    return self.per_example_loss(self.apply(params, x), y)
+
+  def anchored(self, global_params: Params) -> "Model":
+    """This model for a client of the round whose global model is ``global_params``
+    (a model whose loss does not read it returns itself)."""
+    del global_params
+    return self
+
   def num_params(self) -> int:
     """Number of scalar parameters (computed from shapes, no FLOPs)."""
     shapes = jax.eval_shape(self.init, jax.random.PRNGKey(0))

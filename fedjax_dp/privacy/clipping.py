@@ -163,7 +163,7 @@ def _vmap_clipped_sum(model: Model, params, x, y, weights, clip, ord, chunk_size
     return a.reshape((num_chunks, chunk) + a.shape[1:])
 
   def one_loss(p, xi, yi):
-    return model.per_example_loss(model.apply(p, xi[None]), yi[None])[0]
+    return model.losses(p, xi[None], yi[None])[0]
 
   grad_one = jax.vmap(jax.value_and_grad(one_loss), in_axes=(None, 0, 0))
 
@@ -210,5 +210,5 @@ def per_example_clipped_grad_sum(model: Model, params, x, y, weights, clip, ord:
 def per_example_grads_reference(model: Model, params, x, y):
   """Materialised per-example gradients ``[n, ...]`` (tests and references only)."""
   def one_loss(p, xi, yi):
-    return model.per_example_loss(model.apply(p, xi[None]), yi[None])[0]
+    return model.losses(p, xi[None], yi[None])[0]
   return jax.vmap(jax.grad(one_loss), in_axes=(None, 0, 0))(params, x, y)

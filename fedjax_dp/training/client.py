@@ -191,6 +191,9 @@ def client_update(model: Model, cfg: ClientConfig, global_params: PyTree, x: jax
   """
   lr = jnp.broadcast_to(jnp.asarray(hp.lr, jnp.float32), (cfg.local_steps,))
   mode = clip_modes.get(cfg.clip_mode)
+  # A loss that reads the round's global model (FedProx's proximal term) sees it in
+  # every example's loss, so clipping bounds it (fedjax_dp.models.adapters).
+  model = model.anchored(global_params)
   direction = cfg.optimizer.direction()
 
   def step(carry, inputs):

@@ -241,7 +241,7 @@ class ClipMode(NamedTuple):
 def weighted_grad_sum(model: Model, params, xb, yb, wb) -> tuple[PyTree, jax.Array]:
   """``(sum_j w_j grad l_j, losses [b])``: the step's unclipped gradient sum."""
   def weighted(p):
-    losses = model.per_example_loss(model.apply(p, xb), yb)
+    losses = model.losses(p, xb, yb)
     return jnp.sum(losses * wb), losses
   return jax.grad(weighted, has_aux=True)(params)
 
