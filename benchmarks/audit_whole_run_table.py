@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedjax_dp import config as config_lib  # noqa: E402
-from fedjax_dp.audit import AuditOptions, audit, audit_run  # noqa: E402
+from fedjax_dp import config as config_lib
+from fedjax_dp.audit import AuditOptions, audit, audit_run
 
 # Four rounds of every client, epsilon 3 for the whole run, a linear model.
 BASE = ["model.name=logistic", "client.clip_mode=update_l2", "privacy.placement=central",

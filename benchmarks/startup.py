@@ -55,7 +55,7 @@ sys.path.insert(0, str(HERE))
 
 # Our progress bar: "name:  1%|...| 1/100 [00:03<...]"; pfl_w2.py: "round 1".
 _OURS_RE = re.compile(r"(?<![\d/])(\d+)/(\d+) \[")
-_PFL_RE = re.compile(r"^round (\d+)\s*$", re.M)
+_PFL_RE = re.compile(r"^round (\d+)\s*$", re.MULTILINE)
 # Variables that would change where (or whether) the cache lives: never the user's.
 _CACHE_VARS = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "JAX_ENABLE_COMPILATION_CACHE",

@@ -40,11 +40,11 @@ def process_start_time() -> float:
 
 T0 = float(os.environ.get("STARTUP_T0") or process_start_time())
 
-import jax  # noqa: E402  (timed as part of the imports)
+import jax  # (timed as part of the imports)
 
-from fedjax_dp import cli, experiment  # noqa: E402,F401
-from fedjax_dp.host import building, groups  # noqa: E402
-from fedjax_dp.training import memory  # noqa: E402
+from fedjax_dp import cli, experiment
+from fedjax_dp.host import building, groups
+from fedjax_dp.training import memory
 
 IMPORTED = time.time()
 

@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 import pytest
-
 from _helpers import small_config
 
 from fedjax_dp import config as config_lib

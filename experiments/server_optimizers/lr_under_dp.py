@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import pandas as pd
-
 import study  # pylint: disable=wrong-import-position
+
 from fedjax_dp import reproduction as repro  # study.py put the repository on the path
 
 

@@ -28,7 +28,6 @@ import time
 
 import common
 import fig7_9_svm_adult as svm
-import numpy as np
 import pandas as pd
 
 from fedjax_dp import reproduction as repro

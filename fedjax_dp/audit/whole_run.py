@@ -190,7 +190,7 @@ def _lane_args(cfg, setup, planned, seeds, bits, noise, clip) -> engine.RoundArg
       stream=stack("stream"), count_noise=full(0.0))
 
 
-def audit_run(cfg, options=None) -> "_audit.AuditResult":
+def audit_run(cfg, options=None) -> _audit.AuditResult:
   """Audits the whole T-round run ``cfg`` configures (module docstring).
 
   Args:

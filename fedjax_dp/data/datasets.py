@@ -316,8 +316,8 @@ def _digits_file() -> tuple[np.ndarray, str]:
   path = None if spec is None or not spec.origin else os.path.join(
       os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz")
   if path is None or not os.path.isfile(path):  # another layout: scikit-learn's own loader
-    from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
     import sklearn  # pylint: disable=import-outside-toplevel
+    from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
     bunch = load_digits()
     return np.column_stack([bunch.data, bunch.target]), sklearn.__version__
   with gzip.open(path, "rt") as f:

@@ -36,8 +36,8 @@ import numpy as np
 from fedjax_dp.config import ConfigError
 from fedjax_dp.host import schedule_fit
 from fedjax_dp.privacy import reporting
-from fedjax_dp.privacy.formulas import registry as formulas
 from fedjax_dp.privacy import selection as selection_lib
+from fedjax_dp.privacy.formulas import registry as formulas
 from fedjax_dp.privacy.plan import PrivacyPlan, private_median_split, validation_sensitivity
 from fedjax_dp.privacy.schedules import SCHEDULES, NoiseContext, Schedule, get_schedule
 from fedjax_dp.training.rounds import RoundArgs

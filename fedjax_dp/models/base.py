@@ -101,7 +101,7 @@ class Model:
     :mod:`fedjax_dp.models.adapters`)."""
     return self.per_example_loss(self.apply(params, x), y)
 
-  def anchored(self, global_params: Params) -> "Model":
+  def anchored(self, global_params: Params) -> Model:
     """This model for a client of the round whose global model is ``global_params``
     (a model whose loss does not read it returns itself)."""
     del global_params
