@@ -1,0 +1,163 @@
+"""The audit table of the client optimizers (docs/privacy.md, section 10).
+
+  PYTHONPATH=$PWD nice -n 10 python benchmarks/audit_optimizer_table.py [--trials 1000]
+
+Every client optimizer of the registry (``fedjax_dp.optimizers.CLIENT_OPTIMIZERS``,
+the audit's ``client.optimizer`` axis, :mod:`fedjax_dp.audit.mechanisms`) on every
+clip mode and noise placement the plan accepts it with (Gaussian noise, every client
+every round), and a transformation given from Python
+(:func:`fedjax_dp.optimizers.from_transformation`), each with the per-round audit's
+variants ``none``, ``noise_div10`` and ``no_clip``. Where a bound counts the local
+steps (:attr:`fedjax_dp.privacy.clip_modes.Proof.step_weighted`) an optimizer other
+than SGD also gets ``sgd_step_weights``: its noise and certificate computed as if it
+were SGD (the step weights ``A_j`` replaced by the learning rates); an optimizer the
+plan refuses there (Adam, the transformation) is audited with that variant only:
+admitted with SGD's bound.
+
+The base: the quickstart's data, a logistic model, 10 local steps at lr 0.005 (heavy
+ball's weights then sum to 4.14 times the learning rates), 4 rounds at epsilon 3.
+Writes ``benchmarks/results/audit_optimizer_table.{csv,md,_meta.json}``. Caught: the
+lower bound exceeds the certified epsilon of round 1 (the run's own accountant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import optax  # noqa: E402
+
+from fedjax_dp import config as config_lib  # noqa: E402
+from fedjax_dp import optimizers  # noqa: E402
+from fedjax_dp.audit import mechanisms as mechanisms_lib  # noqa: E402
+from fedjax_dp.audit import table  # noqa: E402
+from fedjax_dp.privacy import clip_modes  # noqa: E402
+
+OPTIMIZER_SETS = ("rounds=4", "privacy.epsilon=3.0", "client.local_steps=10",
+                  "client.lr=0.005", "server.clients_per_round=10")
+# The axes held at one value (the optimizer meets the privacy argument through the
+# clip mode and the placement only).
+FIXED = {"privacy.mechanism": "gaussian", "client.minibatch": "shuffle",
+         "server.selection": "uniform", "server.clip_rule": "fixed",
+         "schedule.validation": "server"}
+CORE = (mechanisms_lib.OPTIMIZER_AXIS, "privacy.placement")
+BROKEN = ("noise_div10", "no_clip")
+# A transformation given from Python (its own learning rate; client.lr stays default).
+PYTHON_TX = ("optax.adam(0.005)", lambda: optimizers.from_transformation(
+    optax.adam(0.005), name="optax.adam(0.005)"))
+
+
+def step_weighted(m: dict[str, str]) -> bool:
+  """Whether the mechanism's bound counts the client optimizer's step weights."""
+  return m["privacy.placement"] in clip_modes.get(m["client.clip_mode"]).proof.step_weighted
+
+
+def plan(base, optimizer_names: tuple[str, ...] | None = None
+         ) -> list[tuple[dict[str, str], tuple[str, ...], str]]:
+  """``(mechanism, variants, label)`` to audit, in the registries' order: for each
+  client optimizer the first mechanism it is accepted on at each placement (correct
+  and broken), and on every step-weighted (clip mode, placement) that SGD is accepted
+  on, the optimizer admitted with SGD's bound (``sgd_step_weights``; ``(refused)``
+  where the plan refuses the optimizer there). ``optimizer_names``: the values of the
+  optimizer axis (default the registry's)."""
+  axis = mechanisms_lib.OPTIMIZER_AXIS
+  names = optimizer_names or mechanisms_lib.axes()[axis]
+  found = [m for m in mechanisms_lib.enumerate_mechanisms(base)
+           if all(m[a] == v for a, v in FIXED.items())]
+  first = {tuple(m[a] for a in CORE): m for m in reversed(found)}
+  sgd_pairs = [m for m in found if m[axis] == names[0] and step_weighted(m)]
+  out = []
+  for opt in names:
+    for m in [m for m in found if m[axis] == opt and first[tuple(m[a] for a in CORE)] == m]:
+      extra = ("sgd_step_weights",) if opt != names[0] and step_weighted(m) else ()
+      out.append((m, ("none", *BROKEN, *extra), table.mechanism_name(m)))
+    if opt == names[0]:
+      continue
+    for p in sgd_pairs:
+      m = {**p, axis: opt}
+      if any(m == o[0] for o in out):
+        continue
+      label = table.mechanism_name(m) + ("" if m in found else " (refused)")
+      out.append((m, ("sgd_step_weights",), label))
+  return out
+
+
+def python_plan(base) -> list[tuple[dict[str, str], tuple[str, ...], str]]:
+  """The transformation from Python where :func:`plan` puts the registry's first
+  non-linear optimizer (no step weights: both are refused where the bound counts the
+  steps), labelled with its name; the config's optimizer stays SGD (the given one
+  replaces it)."""
+  axis = mechanisms_lib.OPTIMIZER_AXIS
+  names = mechanisms_lib.axes()[axis]
+  nonlinear = next(n for n in names if optimizers.CLIENT_OPTIMIZERS[n].step_weights_fn is None)
+  return [({**m, axis: names[0]}, variants,
+           label.replace(f"opt={nonlinear}", f"opt={PYTHON_TX[0]}"))
+          for m, variants, label in plan(base) if m[axis] == nonlinear]
+
+
+# Per-example clipping's bound charges 2 C per local step after the first (every
+# example's gradient may differ once the runs diverge), which one canary example among
+# b cannot reach (it moves each step by 2 C / b): there momentum's bound computed as
+# SGD's is not caught at b = 140. With one example per client (b = 1) the canary is
+# the whole batch and reaches the bound.
+SINGLE_EXAMPLE = ("data.samples_per_client=1", "[1 example per client]")
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--trials", type=int, default=1000)
+  p.add_argument("--escalate", type=int, default=1,
+                 help="re-audit a broken variant not caught at this many times the trials")
+  p.add_argument("--only", default="", help="labels containing one of these (comma separated)")
+  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+  args = p.parse_args(argv)
+  table._CODE_COMMIT[0] = table._git_commit()  # pylint: disable=protected-access
+  quick = config_lib.load_config("quickstart")
+  base = config_lib.override(quick, [*table.BASE_SETS, *OPTIMIZER_SETS])
+  # The transformation carries its own learning rate: client.lr stays at its default.
+  py_base = config_lib.override(base, [f"client.lr={config_lib.base_config().client.lr}"])
+  todo = [(base, m, v, label, None) for m, v, label in plan(base)]
+  # (Admitted with SGD's bound, its plan is SGD's at client.lr, the transformation's
+  # own rate: base.)
+  todo += [(base if "sgd_step_weights" in v else py_base, m, v, label, PYTHON_TX[1]())
+           for m, v, label in python_plan(base)]
+  single = config_lib.override(base, [SINGLE_EXAMPLE[0]])
+  todo += [(single, m, ("sgd_step_weights",), f"{label} {SINGLE_EXAMPLE[1]}", None)
+           for m, v, label in plan(base) if "sgd_step_weights" in v
+           and m["client.clip_mode"] == "per_example_l2" and not label.endswith("(refused)")]
+  only = args.only.split(",")
+  todo = [t for t in todo if any(o in t[3] for o in only)]
+  print(f"auditing {len(todo)} mechanisms", flush=True)
+  t0, rows = time.time(), []
+  for b, m, variants, label, given in todo:
+    rows += table.audit_mechanism(b, m, args.trials, args.escalate, 0, False, variants,
+                                  name=label, client_optimizer=given)
+  out = Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  stem = "audit_optimizer_table" + ("" if not args.only else "_only")
+  table._write_csv(out / f"{stem}.csv", rows)  # pylint: disable=protected-access
+  (out / f"{stem}.md").write_text(table.markdown(rows))
+  meta = {"command": "PYTHONPATH=$PWD python benchmarks/audit_optimizer_table.py " +
+                     " ".join(sys.argv[1:] if argv is None else argv),
+          "git_commit": table._git_commit(),  # pylint: disable=protected-access
+          "base_sets": [*table.BASE_SETS, *OPTIMIZER_SETS], "fixed_axes": FIXED,
+          "trials": args.trials, "escalate": args.escalate,
+          "load_average": os.getloadavg(), "cpus": os.cpu_count(),
+          "wall_s": round(time.time() - t0, 1)}
+  (out / f"{stem}_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+  print(f"wrote {out}/{stem}.csv: {sum(r['caught'] == 'no' for r in rows)} broken variants "
+        "not caught", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
