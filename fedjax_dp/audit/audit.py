@@ -485,11 +485,13 @@ def _trials(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _canary(setup, options: AuditOptions, level: str, relation: str,
-            params: PyTree | None) -> FederatedData:
+            params: PyTree | None, steady: bool = False) -> FederatedData:
   """The mechanism's canary pair. ``params``: the round also releases the validation
   score, so the canary's label is the class the initial model gives its ``in`` input:
   the ``in`` canary is then classified correctly and (flipped) the ``out`` one not, and
-  the score moves by its whole sensitivity ``1 / N_sel`` between them."""
+  the score moves by its whole sensitivity ``1 / N_sel`` between them. ``steady``: the
+  canary must pull one way over many steps (the whole-run audit's rounds), as a
+  step-weighted bound's over several local steps does (below)."""
   plan = setup.privacy
   mode = clip_modes.get(setup.round_cfg.client.clip_mode)
   hint = mode.canary
@@ -499,8 +501,8 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
   # gradient is 2 C apart between in and out at EVERY step, in ONE direction: on the
   # quietest feature, all its examples with one label (the in and out runs then stay
   # mirror images, p(+x) = p(-x), step after step; the optimizer's weights A_j add up).
-  steady = (plan.placement in mode.proof.step_weighted
-            and int(setup.round_cfg.client.local_steps) > 1)
+  steady = steady or (plan.placement in mode.proof.step_weighted
+                      and int(setup.round_cfg.client.local_steps) > 1)
   if steady and sparse is None:
     sparse = True
   if sparse is None:
