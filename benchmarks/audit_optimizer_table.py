@@ -24,8 +24,6 @@ lower bound exceeds the certified epsilon of round 1 (the run's own accountant).
 
 from __future__ import annotations
 
-import argparse
-import csv
 import json
 import os
 import sys
@@ -35,13 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import optax  # noqa: E402
+import optax
 
-from fedjax_dp import config as config_lib  # noqa: E402
-from fedjax_dp import optimizers  # noqa: E402
-from fedjax_dp.audit import mechanisms as mechanisms_lib  # noqa: E402
-from fedjax_dp.audit import table  # noqa: E402
-from fedjax_dp.privacy import clip_modes  # noqa: E402
+from fedjax_dp import config as config_lib
+from fedjax_dp import optimizers
+from fedjax_dp.audit import mechanisms as mechanisms_lib
+from fedjax_dp.audit import table
+from fedjax_dp.privacy import clip_modes
 
 # One example per client: per-example clipping's step-by-step bound,
 # 2 C (A_1 / b + sum_{j>=2} A_j), charges 2 C for every step after the first (once the
@@ -121,14 +119,7 @@ def python_plan(base) -> list[tuple[dict[str, str], tuple[str, ...], str]]:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--trials", type=int, default=1000)
-  p.add_argument("--escalate", type=int, default=1,
-                 help="re-audit a broken variant not caught at this many times the trials")
-  p.add_argument("--only", default="", help="labels containing one of these (comma separated)")
-  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-  args = p.parse_args(argv)
+  args = table.benchmark_parser(__doc__, escalate=1).parse_args(argv)
   table._CODE_COMMIT[0] = table._git_commit()  # pylint: disable=protected-access
   quick = config_lib.load_config("quickstart")
   base = config_lib.override(quick, [*table.BASE_SETS, *OPTIMIZER_SETS])

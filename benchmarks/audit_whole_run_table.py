@@ -16,7 +16,6 @@ epsilon after T rounds.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 import time
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedjax_dp import config as config_lib
-from fedjax_dp.audit import AuditOptions, audit, audit_run
+from fedjax_dp.audit import AuditOptions, audit, audit_run, table
 
 # Four rounds of every client, epsilon 3 for the whole run, a linear model.
 BASE = ["model.name=logistic", "client.clip_mode=update_l2", "privacy.placement=central",
@@ -48,17 +47,11 @@ COLUMNS = ("mechanism", "variant", "lower_whole_run", "certified_run", "caught",
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__)
-  p.add_argument("--trials", type=int, default=1000)
-  p.add_argument("--escalate", type=int, default=4,
-                 help="re-audit a broken variant not caught at this many times the trials")
-  p.add_argument("--only", default="", help="mechanisms whose name contains this")
-  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-  args = p.parse_args(argv)
+  args = table.benchmark_parser(__doc__, escalate=4).parse_args(argv)
   quick = config_lib.load_config("quickstart")
   rows = []
   for name, sets in MECHANISMS.items():
-    if args.only not in name:
+    if not any(o in name for o in args.only.split(",")):
       continue
     cfg = config_lib.override(quick, BASE + sets)
     for variant in VARIANTS + STATEFUL.get(name, ()):

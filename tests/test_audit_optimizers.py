@@ -13,8 +13,7 @@ pytest.importorskip("jax_privacy")
 from _helpers import small_config
 
 from fedjax_dp import optimizers
-from fedjax_dp.audit import AuditOptions, audit
-from fedjax_dp.audit import mechanisms
+from fedjax_dp.audit import AuditOptions, audit, mechanisms
 
 # Ten local steps at a small rate (heavy ball's weights sum to 4.14 times SGD's), one
 # example per client, every client every round, 4 rounds at epsilon 3: a per-round

@@ -807,8 +807,7 @@ def _setup(cfg, options: AuditOptions, client_optimizer=None):
       the config's placement does not count the local steps, or the optimizer is SGD.
   """
   from fedjax_dp import config as config_lib
-  from fedjax_dp import experiment
-  from fedjax_dp import optimizers
+  from fedjax_dp import experiment, optimizers
 
   if options.variant != "sgd_step_weights":
     return experiment.build(cfg, client_optimizer=client_optimizer)
@@ -860,7 +859,6 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     ValueError: a bad option or a config without noise to audit, naming the field.
     ImportError: jax_privacy is not installed (the message says what to install).
   """
-  from fedjax_dp import experiment
 
   options.validate()
   if not estimators.available():

@@ -146,6 +146,20 @@ def markdown(rows: list[dict]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def benchmark_parser(description: str, escalate: int) -> argparse.ArgumentParser:
+  """The options the audit tables' benchmarks share: ``--trials``, ``--escalate``
+  (re-audit a broken variant not caught at that many times the trials), ``--only``
+  (labels containing one of these, comma separated) and ``--out``."""
+  p = argparse.ArgumentParser(description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--trials", type=int, default=1000)
+  p.add_argument("--escalate", type=int, default=escalate,
+                 help="re-audit a broken variant not caught at this many times the trials")
+  p.add_argument("--only", default="", help="labels containing one of these (comma separated)")
+  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+  return p
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(prog="python -m fedjax_dp.audit.table", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
