@@ -12,14 +12,16 @@ seed, so its own cohorts and noise. The adversary sees every round's global mode
 with the run's certified epsilon after T rounds (worst client, the run's own
 accountant, :class:`fedjax_dp.host.run_loop.RunLoop`).
 
-The canary is the per-round audit's client-level one, on the quietest input feature
-(:func:`fedjax_dp.audit.audit.quietest_feature`): no other client's gradient touches
-that feature's first-layer weights at any model, so the projection of each round's
-model increment on those weights moves by the target's own (clipped) contribution,
-when its cohort draws it, and by the noise -- whatever the other clients did
-(inclusion-aware across rounds). The direction ``d_t`` of round t is the target's
-noiseless in-minus-out update at the model the round starts from (the previous
-release, which the adversary sees). The attacks
+The canary is a client-level one on the quietest input feature
+(:func:`fedjax_dp.audit.audit.quietest_feature`), steady (one label, input scale 10,
+so its update keeps one direction from round to round): no other client's gradient
+touches that feature's first-layer weights at any model, so each round's model
+increment on those weights moves by the target's own (clipped) contribution, when
+its cohort draws it, and by the noise -- whatever the other clients did
+(inclusion-aware across rounds). The adversary takes the increment about the
+midpoint of the target's two noiseless contributions at the model the round starts
+from (the previous release, which it sees), scaled by the target's aggregation
+weight and the server's step (:func:`_gain`, public). The attacks
 (:func:`fedjax_dp.audit.estimators.best_of`):
 
 * ``whitened``: ``sum_ab (Sigma^{-1})_ab <w_a - w_{a-1}, m_b>`` with ``m_b`` round b's
