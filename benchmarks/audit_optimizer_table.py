@@ -62,6 +62,46 @@ FIXED = {"privacy.mechanism": "gaussian", "client.minibatch": "shuffle",
          "server.selection": "uniform", "server.clip_rule": "fixed",
          "schedule.validation": "server"}
 CORE = (mechanisms_lib.OPTIMIZER_AXIS, "privacy.placement")
+# Rows audited at their own settings (on top of OPTIMIZER_SETS; the row's label names
+# them). An audit searches for the worst case: where the base hides a fault, the row
+# runs where it shows, with its correct mechanism beside it.
+#
+# Heavy ball computed as SGD under an L1 clip: the softmax gradient of the canary's
+# feature row, s (p - y), sums to 0 over the classes, so its L2 norm is at most
+# 1 / sqrt(2) of its L1 norm (about 0.53 with p near uniform): the canary reaches half
+# the bound. 20 steps at beta 0.99 raise heavy ball's weights from 4.14 to 9.87 times
+# the learning rates (the variant's noise is 1 / 9.87 of the right one).
+L1_MOMENTUM_SETS = ("client.local_steps=20", "client.momentum=0.99")
+# Adam clipped as a whole update (update_l2, param_l2): its normalised steps move the
+# canary's coordinates by about lr each whatever the gradient, an update of about
+# 0.16 after 10 steps at lr 0.005; a clip of 0.01 binds it 16-fold, so clipping it off
+# moves the release far beyond the bound (at 0.1, 1.6-fold, it barely does).
+BALL_ADAM_SETS = ("client.clip=0.01",)
+
+
+def row_sets(m: dict[str, str], variants: tuple[str, ...], linear: bool) -> tuple[str, ...]:
+  """The row's own settings (:data:`L1_MOMENTUM_SETS`, :data:`BALL_ADAM_SETS`), or ().
+  ``linear``: the client optimizer has step weights (a transformation from Python has
+  none)."""
+  mode = clip_modes.get(m["client.clip_mode"])
+  if variants == ("sgd_step_weights",) and linear and mode.canary.sparse:
+    return L1_MOMENTUM_SETS
+  if "no_clip" in variants and not linear and mode.proof.upload_ball:
+    return BALL_ADAM_SETS
+  return ()
+
+
+def with_row_sets(base, m, variants, label, given=None):
+  """``(base, variants, label)`` of a row at its :func:`row_sets` (the correct
+  mechanism added beside a lone ``sgd_step_weights``); ``given``: the transformation
+  from Python the row audits, if any."""
+  opt = given or optimizers.CLIENT_OPTIMIZERS[m[mechanisms_lib.OPTIMIZER_AXIS]]
+  sets = row_sets(m, variants, opt.step_weights_fn is not None)
+  if not sets:
+    return base, variants, label
+  if variants == ("sgd_step_weights",):
+    variants = ("none", *variants)
+  return config_lib.override(base, list(sets)), variants, f"{label} [{' '.join(sets)}]"
 BROKEN = ("noise_div10", "no_clip")
 # A transformation given from Python (its own learning rate; client.lr stays default).
 PYTHON_TX = ("optax.adam(0.005)", lambda: optimizers.from_transformation(
@@ -125,16 +165,17 @@ def main(argv=None) -> int:
   base = config_lib.override(quick, [*table.BASE_SETS, *OPTIMIZER_SETS])
   # The transformation carries its own learning rate: client.lr stays at its default.
   py_base = config_lib.override(base, [f"client.lr={config_lib.base_config().client.lr}"])
-  todo = [(base, m, v, label, None) for m, v, label in plan(base)]
+  todo = [(*with_row_sets(base, m, v, label), m, None) for m, v, label in plan(base)]
   # (Admitted with SGD's bound, its plan is SGD's at client.lr, the transformation's
   # own rate: base.)
-  todo += [(base if "sgd_step_weights" in v else py_base, m, v, label, PYTHON_TX[1]())
-           for m, v, label in python_plan(base)]
+  given = PYTHON_TX[1]()
+  todo += [(*with_row_sets(base if "sgd_step_weights" in v else py_base, m, v, label, given),
+            m, given) for m, v, label in python_plan(base)]
   only = args.only.split(",")
-  todo = [t for t in todo if any(o in t[3] for o in only)]
+  todo = [t for t in todo if any(o in t[2] for o in only)]
   print(f"auditing {len(todo)} mechanisms", flush=True)
   t0, rows = time.time(), []
-  for b, m, variants, label, given in todo:
+  for b, variants, label, m, given in todo:
     rows += table.audit_mechanism(b, m, args.trials, args.escalate, 0, False, variants,
                                   name=label, client_optimizer=given)
   out = Path(args.out)
@@ -146,6 +187,8 @@ def main(argv=None) -> int:
                      " ".join(sys.argv[1:] if argv is None else argv),
           "git_commit": table._git_commit(),  # pylint: disable=protected-access
           "base_sets": [*table.BASE_SETS, *OPTIMIZER_SETS], "fixed_axes": FIXED,
+          "row_sets": {"momentum sgd_step_weights under an L1 clip": L1_MOMENTUM_SETS,
+                       "adam and optax.adam(0.005) at update_l2, param_l2": BALL_ADAM_SETS},
           "trials": args.trials, "escalate": args.escalate,
           "load_average": os.getloadavg(), "cpus": os.cpu_count(),
           "wall_s": round(time.time() - t0, 1)}
