@@ -1,6 +1,6 @@
 """The audit table of the client optimizers (docs/privacy.md, section 10).
 
-  PYTHONPATH=$PWD nice -n 10 python benchmarks/audit_optimizer_table.py [--trials 1000]
+  PYTHONPATH=$PWD nice -n 19 python benchmarks/audit_optimizer_table.py [--trials 1000]
 
 Every client optimizer of the registry (``fedjax_dp.optimizers.CLIENT_OPTIMIZERS``,
 the audit's ``client.optimizer`` axis, :mod:`fedjax_dp.audit.mechanisms`) on every
@@ -17,7 +17,10 @@ admitted with SGD's bound.
 The base: the quickstart's data with one example per client (:data:`OPTIMIZER_SETS`
 says why), a logistic model, 10 local steps at lr 0.005 (heavy ball's weights then
 sum to 4.14 times the learning rates), a clip of 0.1, every client every round, 4
-rounds at epsilon 3.
+rounds at epsilon 3. Two kinds of row run at their own settings on top of it, named in
+their labels (:func:`row_sets` says why): heavy ball computed as SGD under an L1 clip
+(20 local steps at beta 0.99, with the correct mechanism beside it) and Adam clipped
+as a whole update (``update_l2``, ``param_l2``: clip 0.01).
 Writes ``benchmarks/results/audit_optimizer_table.{csv,md,_meta.json}``. Caught: the
 lower bound exceeds the certified epsilon of round 1 (the run's own accountant).
 """
