@@ -65,6 +65,10 @@ FIXED = {"privacy.mechanism": "gaussian", "client.minibatch": "shuffle",
          "server.selection": "uniform", "server.clip_rule": "fixed",
          "schedule.validation": "server"}
 CORE = (mechanisms_lib.OPTIMIZER_AXIS, "privacy.placement")
+BROKEN = ("noise_div10", "no_clip")
+# A transformation given from Python (its own learning rate; client.lr stays default).
+PYTHON_TX = ("optax.adam(0.005)", lambda: optimizers.from_transformation(
+    optax.adam(0.005), name="optax.adam(0.005)"))
 # Rows audited at their own settings (on top of OPTIMIZER_SETS; the row's label names
 # them). An audit searches for the worst case: where the base hides a fault, the row
 # runs where it shows, with its correct mechanism beside it.
@@ -72,8 +76,8 @@ CORE = (mechanisms_lib.OPTIMIZER_AXIS, "privacy.placement")
 # Heavy ball computed as SGD under an L1 clip: the softmax gradient of the canary's
 # feature row, s (p - y), sums to 0 over the classes, so its L2 norm is at most
 # 1 / sqrt(2) of its L1 norm (about 0.53 with p near uniform): the canary reaches half
-# the bound. 20 steps at beta 0.99 raise heavy ball's weights from 4.14 to 9.87 times
-# the learning rates (the variant's noise is 1 / 9.87 of the right one).
+# the bound. 20 steps at beta 0.99 raise heavy ball's weights from 4.14 to 9.86 times
+# the learning rates (the variant's noise is 1 / 9.86 of the right one).
 L1_MOMENTUM_SETS = ("client.local_steps=20", "client.momentum=0.99")
 # Adam clipped as a whole update (update_l2, param_l2): its normalised steps move the
 # canary's coordinates by about lr each whatever the gradient, an update of about
@@ -105,10 +109,6 @@ def with_row_sets(base, m, variants, label, given=None):
   if variants == ("sgd_step_weights",):
     variants = ("none", *variants)
   return config_lib.override(base, list(sets)), variants, f"{label} [{' '.join(sets)}]"
-BROKEN = ("noise_div10", "no_clip")
-# A transformation given from Python (its own learning rate; client.lr stays default).
-PYTHON_TX = ("optax.adam(0.005)", lambda: optimizers.from_transformation(
-    optax.adam(0.005), name="optax.adam(0.005)"))
 
 
 def step_weighted(m: dict[str, str]) -> bool:
