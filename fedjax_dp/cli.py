@@ -305,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--seed", default="0", help="seed of the trials (default 0)")
   p.add_argument("--variant", default="none",
                  help="break the mechanism on purpose: none, noise_div10, no_clip, "
-                 "shared_noise_key; with --whole-run also late_noise_div10")
+                 "shared_noise_key, sgd_step_weights (the bound computed with SGD's "
+                 "step weights while the clients step with client.optimizer); with "
+                 "--whole-run also late_noise_div10, band_state_dropped")
   p.add_argument("--whole-run", action="store_true",
                  help="audit the whole run: every trial runs all its rounds and the "
                  "adversary sees every round's release (central placement)")

@@ -79,6 +79,22 @@ and ``cohort`` run another server aggregation on one fixed cohort (certified wit
 selection amplification), which audits B3's claim for a small Poisson draw.
 Deterministic selection (round robin) is certified from the realised cohorts, which
 are public: a central adversary reads them too.
+
+The client optimizer (``client.optimizer``, :mod:`fedjax_dp.optimizers`) enters the
+audited round as the run's own: the clients step with it (its state fresh each
+round). Where a clip mode's bound counts the local steps (per-example and per-step
+gradient clipping with upload noise, :attr:`fedjax_dp.privacy.clip_modes.Proof.step_weighted`)
+it counts the optimizer's step weights ``A_j`` (heavy-ball momentum: ``A_j = sum_{s>=j}
+eta_s beta^(s-j)``), and an optimizer without them (Adam, a transformation from
+Python) is refused there. The variant ``sgd_step_weights`` breaks that argument: the
+plan (noise and certificate) is the one of the same config with
+``client.optimizer='sgd'``, whose bound counts the learning rates ``eta_j``, while the
+clients step with the configured optimizer -- a momentum bound computed as if it were
+SGD (its noise ``sum_j eta_j / sum_j A_j`` of the right one), or Adam admitted with
+SGD's bound (its normalised steps move each coordinate by about ``eta`` whatever C).
+It is refused where it is no fault: a placement whose bound does not count the steps
+(the optimizer is post-processing there) or an optimizer whose step weights are the
+learning rates (SGD, one local step).
 """
 
 from __future__ import annotations
@@ -102,8 +118,9 @@ from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
 
 PyTree = Any
-VARIANTS = ("none", "noise_div10", "no_clip", "shared_noise_key")
+VARIANTS = ("none", "noise_div10", "no_clip", "shared_noise_key", "sgd_step_weights")
 NO_CLIP = 1e6  # the 'no_clip' variant's threshold: no gradient here comes near it
+STEADY_SCALE = 10.0  # the input scale of a client-level canary for a step-weighted bound
 AUDIT_SEED_TAG = 0xA0D17  # the coins' host RNG: default_rng([seed, AUDIT_SEED_TAG])
 
 
@@ -253,7 +270,8 @@ def quietest_feature(data: FederatedData) -> int:
 
 def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
                 scale: float, flip_input: bool = True, sparse: bool = False,
-                relation: str = "replace_one", input_fn=None) -> FederatedData:
+                relation: str = "replace_one", input_fn=None,
+                one_label: bool = False) -> FederatedData:
   """``[2, U, ...]`` data: index 0 holds the ``out`` canary, index 1 the ``in`` one.
 
   Example level: example 0 of ``target`` has its input x scaled by ``scale``; ``in``
@@ -262,6 +280,10 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
   changed so: a replace-one pair of clients. ``relation='add_remove'`` (example level,
   the adjacency of Poisson minibatches): ``in`` holds the canary, ``out`` does not
   (its mask is 0); the client's count stays, as the mechanism treats it as public.
+
+  ``one_label``: every changed example takes the label of the first (a client-level
+  canary whose examples pull one way, so its clipped step gradients add up over the
+  local steps instead of cancelling).
 
   ``input_fn``: ``(rows, feature) -> rows``, the canary's input rows before the scale
   (a clip mode's :attr:`fedjax_dp.privacy.clip_modes.Canary.input`, with ``feature``
@@ -290,6 +312,8 @@ def canary_pair(data: FederatedData, target: int, level: str, num_classes: int,
   if make is not None:
     x[target, rows] = make(x[target, rows], quietest_feature(data))
   x[target, rows] *= scale
+  if one_label:
+    y[target, rows] = y[target, 0]
   x_out, y_out, mask_out = x.copy(), y.copy(), mask.copy()
   if relation == "add_remove":
     mask_out[target, rows] = 0.0
@@ -461,14 +485,26 @@ def _trials(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _canary(setup, options: AuditOptions, level: str, relation: str,
-            params: PyTree | None) -> FederatedData:
+            params: PyTree | None, steady: bool = False) -> FederatedData:
   """The mechanism's canary pair. ``params``: the round also releases the validation
   score, so the canary's label is the class the initial model gives its ``in`` input:
   the ``in`` canary is then classified correctly and (flipped) the ``out`` one not, and
-  the score moves by its whole sensitivity ``1 / N_sel`` between them."""
+  the score moves by its whole sensitivity ``1 / N_sel`` between them. ``steady``: the
+  canary must pull one way over many steps (the whole-run audit's rounds), as a
+  step-weighted bound's over several local steps does (below)."""
   plan = setup.privacy
-  hint = clip_modes.get(setup.round_cfg.client.clip_mode).canary
+  mode = clip_modes.get(setup.round_cfg.client.clip_mode)
+  hint = mode.canary
   sparse = options.sparse_canary
+  # A bound proved step by step over several local steps (2 C sum_j A_j; per-example
+  # clipping: the canary example's share of it) is reached by a canary whose clipped
+  # gradient is 2 C apart between in and out at EVERY step, in ONE direction: on the
+  # quietest feature, all its examples with one label (the in and out runs then stay
+  # mirror images, p(+x) = p(-x), step after step; the optimizer's weights A_j add up).
+  steady = steady or (plan.placement in mode.proof.step_weighted
+                      and int(setup.round_cfg.client.local_steps) > 1)
+  if steady and sparse is None:
+    sparse = True
   if sparse is None:
     # L1 clipping bounds the L2 norm by C only for a gradient on one axis (the L1
     # ball's vertices), so L1 clip modes get the sparse canary whatever the noise.
@@ -478,13 +514,17 @@ def _canary(setup, options: AuditOptions, level: str, relation: str,
               or _hidden_cohort(plan, options))
   scale = options.canary_scale
   if scale is None:
-    scale = hint.example_scale if level == "example" else 100.0
+    # (steady: at 10 the canary's gradient, of norm about 10 |p - y| ~ 9.5, still
+    # reaches a clip of 1, and the model learns it slowly enough that it keeps doing
+    # so over the local steps; at 100 its logits saturate and the last steps' clipped
+    # gradients shrink.)
+    scale = STEADY_SCALE if steady else (hint.example_scale if level == "example" else 100.0)
   # The mode's own canary input (a geometry's corner), unless the options ask otherwise.
   own = None if options.sparse_canary is not None or hint.sparse else hint.input
   flip = hint.flip_input or relation == "add_remove"
   pair = canary_pair(setup.data, options.target, level, setup.model.num_classes,
                      float(scale), flip_input=flip, sparse=bool(sparse), relation=relation,
-                     input_fn=own)
+                     input_fn=own, one_label=steady)
   if params is None or setup.model.is_regression or not flip:
     return pair  # (a label-flip canary keeps its two labels)
   rows = 1 if level == "example" else int(setup.data.counts[options.target])
@@ -757,8 +797,49 @@ def _scores(setup, options: AuditOptions, params, pair, plan: _Plan, lanes: _Lan
   return np.where(visible, scores, np.min(scores) - 1.0)
 
 
+def _setup(cfg, options: AuditOptions, client_optimizer=None):
+  """The run's setup; under ``sgd_step_weights`` (module docstring) the setup of the
+  config with ``client.optimizer='sgd'`` (its plan: noise, certificate) whose clients
+  step with the configured (or given) optimizer.
+
+  Raises:
+    ValueError: ``sgd_step_weights`` where it is no fault, in one line: the bound at
+      the config's placement does not count the local steps, or the optimizer is SGD.
+  """
+  from fedjax_dp import config as config_lib
+  from fedjax_dp import experiment, optimizers
+
+  if options.variant != "sgd_step_weights":
+    return experiment.build(cfg, client_optimizer=client_optimizer)
+  stepping = client_optimizer or optimizers.client_optimizer(cfg.client)
+  where = (f"client.clip_mode={cfg.client.clip_mode!r} at privacy.placement="
+           f"{cfg.privacy.placement!r}")
+  if cfg.privacy.placement not in clip_modes.get(cfg.client.clip_mode).proof.step_weighted:
+    raise ValueError(f"audit.variant='sgd_step_weights': the bound of {where} does not "
+                     "count the local steps (the client optimizer is post-processing "
+                     "there): nothing to break")
+  if stepping.name == optimizers.SGD.name and stepping.transformation is None:
+    raise ValueError("audit.variant='sgd_step_weights' needs client.optimizer other than "
+                     "'sgd' (whose step weights are the learning rates)")
+  setup = experiment.build(config_lib.override(cfg, [f"client.optimizer={optimizers.SGD.name}"]))
+  rcfg = setup.round_cfg
+  return dataclasses.replace(setup, round_cfg=dataclasses.replace(
+      rcfg, client=dataclasses.replace(rcfg.client, optimizer=stepping)))
+
+
+def _check_step_weights(setup, plan: _Plan) -> None:
+  """``sgd_step_weights`` on an optimizer whose step weights over the planned local
+  steps ARE the learning rates (momentum over one step): the correct mechanism."""
+  opt, lrs = setup.round_cfg.client.optimizer, np.asarray(plan.args.lr, np.float64)
+  weights = opt.step_weights(lrs)
+  if weights is not None and np.allclose(weights, lrs, rtol=1e-12, atol=0.0):
+    raise ValueError(f"audit.variant='sgd_step_weights': client.optimizer={opt.name!r} over "
+                     f"client.local_steps={lrs.size} has SGD's step weights (the learning "
+                     "rates): the variant is the correct mechanism")
+
+
 def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None = None,
-          pair: FederatedData | None = None) -> AuditResult:
+          pair: FederatedData | None = None, client_optimizer=None) -> AuditResult:
   """Audits the first round of the mechanism ``cfg`` configures (module docstring).
 
   Args:
@@ -767,6 +848,9 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     params: the global model the round starts from; default the run's initial model.
     pair: ``[2, U, ...]`` client data, index 0 the ``out`` dataset and 1 the ``in``
       one; default the mechanism's canary (:func:`canary_pair`).
+    client_optimizer: the local steps' optimizer given from Python
+      (:func:`fedjax_dp.optimizers.from_transformation`), as
+      :func:`fedjax_dp.experiment.build` takes it, in place of ``client.optimizer``.
 
   Returns:
     :class:`AuditResult`.
@@ -775,13 +859,13 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
     ValueError: a bad option or a config without noise to audit, naming the field.
     ImportError: jax_privacy is not installed (the message says what to install).
   """
-  from fedjax_dp import experiment
 
   options.validate()
   if not estimators.available():
     raise ImportError(estimators.INSTALL_HINT)
   t0 = time.time()
-  setup = experiment.build(cfg)
+  setup = _setup(cfg, options, client_optimizer)
+  cfg = setup.config  # (sgd_step_weights: the config whose plan is SGD's)
   fixed_ids = _check(cfg, setup, options)
   privacy = setup.privacy
   central = privacy.placement == "central"
@@ -793,6 +877,8 @@ def audit(cfg, options: AuditOptions = AuditOptions(), *, params: PyTree | None 
   claimed = any(getattr(options, f) is not None
                 for f in ("noise_scale", "claimed_sensitivity", "cohort"))
   plan = _run_plan(cfg, setup, options.certify_run and not claimed)
+  if options.variant == "sgd_step_weights":
+    _check_step_weights(setup, plan)
   if options.target is None:
     options = dataclasses.replace(options, target=_default_target(privacy, plan, options))
     options.validate()

@@ -2,9 +2,9 @@
 
 A mechanism is one value per axis of :func:`axes` (clip mode, noise placement, noise
 distribution, minibatch sampling, selection rule, server clip rule, validation
-release), each axis read from the registry that defines it, so a new clip mode,
-placement, rule or schedule validation is enumerated (and audited) without editing
-this file. A combination is accepted when :func:`fedjax_dp.config.validate`,
+release, client optimizer), each axis read from the registry that defines it, so a
+new clip mode, placement, rule, schedule validation or client optimizer is
+enumerated (and audited) without editing this file. A combination is accepted when :func:`fedjax_dp.config.validate`,
 :func:`fedjax_dp.privacy.plan.make_privacy_plan` (with the config's typed inputs,
 :mod:`fedjax_dp.config.privacy_inputs`) and
 :func:`fedjax_dp.privacy.validation.check_validation` all accept it; the refused ones are
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_dp import config as config_lib
+from fedjax_dp import optimizers
 from fedjax_dp.config import privacy_inputs
 from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import mechanisms as mechanisms_lib
@@ -50,7 +51,19 @@ def axes() -> dict[str, tuple[str, ...]]:
       "server.selection": tuple(selection_lib.RULES),
       "server.clip_rule": tuple(engine.CLIP_RULES),
       "schedule.validation": tuple(plan_lib.VALIDATIONS),
+      OPTIMIZER_AXIS: tuple(optimizers.CLIENT_OPTIMIZERS),
   }
+
+
+# The client optimizer's axis. It is enumerated on the mechanisms the registry's first
+# (default) optimizer, plain SGD, makes acceptable (:func:`enumerate_mechanisms`): the
+# privacy layer reads the client optimizer in one place,
+# :func:`fedjax_dp.privacy.clip_modes.base.check_optimizer` and the step weights it
+# guards, which refuse an optimizer (no step weights, no contraction under
+# ``client.l2_reg``) or scale a bound (``A_j`` for ``eta_j``), never admit what SGD's
+# bound refuses; so every combination another optimizer makes acceptable is one SGD's
+# does, and the enumeration stays exact at a third of the product's checks.
+OPTIMIZER_AXIS = "client.optimizer"
 
 
 # (axis, value) -> settings that value needs to be configurable (module docstring).
@@ -118,14 +131,20 @@ def accepted(base, mechanism: dict[str, str], num_params: int = 650, *,
 
 def enumerate_mechanisms(base) -> Iterator[dict[str, str]]:
   """Every accepted mechanism (a dict axis -> value) on top of ``base``, in the
-  registries' order, without the :func:`excluded` values."""
+  registries' order, without the :func:`excluded` values. The client optimizers are
+  tried on each combination of the other axes that the first one (SGD) makes
+  acceptable (:data:`OPTIMIZER_AXIS`)."""
   table = axes()
+  opts = table.pop(OPTIMIZER_AXIS)
   values = [[v for v in vals if excluded(axis, v) is None] for axis, vals in table.items()]
   work = config_lib.override(base, [])
   for combo in itertools.product(*values):
     mechanism = dict(zip(table, combo))
-    if accepted(base, mechanism, work=work):
-      yield mechanism
+    if not accepted(base, {**mechanism, OPTIMIZER_AXIS: opts[0]}, work=work):
+      continue
+    for opt in opts:
+      if opt == opts[0] or accepted(base, {**mechanism, OPTIMIZER_AXIS: opt}, work=work):
+        yield {**mechanism, OPTIMIZER_AXIS: opt}
 
 
 def covering(mechanisms: list[dict[str, str]], core: tuple[str, ...]) -> list[dict[str, str]]:

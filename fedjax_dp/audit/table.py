@@ -71,11 +71,11 @@ COLUMNS = ("mechanism", "variant", "epsilon_lower", "epsilon_gdp", "epsilon_cert
            "settings", "git_commit")
 SHORT = {"client.clip_mode": "", "privacy.placement": "", "privacy.mechanism": "",
          "client.minibatch": "mb=", "server.selection": "sel=", "server.clip_rule": "S=",
-         "schedule.validation": "val="}
+         "schedule.validation": "val=", "client.optimizer": "opt="}
 
 
 def mechanism_name(m: dict[str, str]) -> str:
-  """``clip/placement/noise/mb=.../sel=.../S=.../val=...``."""
+  """``clip/placement/noise/mb=.../sel=.../S=.../val=.../opt=...``."""
   return "/".join(f"{SHORT[a]}{m[a]}" for a in mechanisms_lib.axes())
 
 
@@ -93,24 +93,32 @@ _CODE_COMMIT = [""]
 
 
 def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: int,
-                    certify_run: bool = True) -> list[dict]:
-  """The rows of one mechanism: each variant, escalated until caught (broken ones)."""
+                    certify_run: bool = True, variants: tuple[str, ...] = VARIANTS, *,
+                    name: str | None = None, client_optimizer=None) -> list[dict]:
+  """The rows of one mechanism: each variant, escalated until caught (broken ones).
+
+  ``name``: the mechanism's label (default :func:`mechanism_name`);
+  ``client_optimizer``: a client optimizer given from Python
+  (:func:`fedjax_dp.audit.audit`'s). A mechanism the plan refuses is audited with
+  broken variants only (``sgd_step_weights``: the certificate is the one SGD's plan
+  claims)."""
   sets = {**mechanisms_lib.settings(m), **audit_sets(m)}
   cfg = config_lib.override(base, [f"{k}={v}" for k, v in sets.items()])
   rows, certified = [], None
-  for variant in VARIANTS:
+  for variant in variants:
     n = trials
     while True:
       t0 = time.time()
       r = audit(cfg, AuditOptions(trials=n, seed=seed, variant=variant,
-                                  certify_run=certify_run and variant == "none"))
+                                  certify_run=certify_run and variant == "none"),
+                client_optimizer=client_optimizer)
       seconds = time.time() - t0
       certified = r.epsilon_certified if certified is None else certified
       caught = r.epsilon_lower > certified
       if variant == "none" or caught or n >= trials * escalate:
         break
       n *= escalate
-    rows.append({"mechanism": mechanism_name(m), "variant": variant,
+    rows.append({"mechanism": name or mechanism_name(m), "variant": variant,
                  "epsilon_lower": round(r.epsilon_lower, 4),
                  "epsilon_gdp": round(r.epsilon_gdp, 4),
                  "epsilon_certified": round(certified, 4),
@@ -136,6 +144,20 @@ def markdown(rows: list[dict]) -> str:
                  f"{r['epsilon_certified']:.3f} | {caught} | {r['trials']} | "
                  f"{r['seconds']:.0f} |")
   return "\n".join(lines) + "\n"
+
+
+def benchmark_parser(description: str, escalate: int) -> argparse.ArgumentParser:
+  """The options the audit tables' benchmarks share: ``--trials``, ``--escalate``
+  (re-audit a broken variant not caught at that many times the trials), ``--only``
+  (labels containing one of these, comma separated) and ``--out``."""
+  p = argparse.ArgumentParser(description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--trials", type=int, default=1000)
+  p.add_argument("--escalate", type=int, default=escalate,
+                 help="re-audit a broken variant not caught at this many times the trials")
+  p.add_argument("--only", default="", help="labels containing one of these (comma separated)")
+  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+  return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,6 +154,11 @@ def gram(s: Strategy) -> np.ndarray:
   return c.T @ c
 
 
+def decoder(s: Strategy) -> np.ndarray:
+  """``C^{-1} [T, T]``: round t's noise is ``(C^{-1} Z)_t`` (:func:`sample`)."""
+  return np.linalg.inv(matrix(s))
+
+
 def init(s: Strategy, like: PyTree) -> PyTree:
   """Zeros ``[b-1, *leaf.shape]`` per leaf: ``w_{-1}, ..., w_{-b+1}``."""
   b = len(s.coefs)
@@ -178,4 +183,5 @@ def sample(s: Strategy, key: jax.Array, t: jax.Array, state: PyTree, like: PyTre
 
 
 MECHANISM = CorrelatedNoise(name="bandmf", strategy=strategy, gram=gram, init=init,
-                            sample=sample, banded=True, reads=("privacy.bands",))
+                            sample=sample, banded=True, reads=("privacy.bands",),
+                            decoder=decoder)

@@ -83,6 +83,10 @@ class CorrelatedNoise(NamedTuple):
       reads (``privacy.bands``, ``privacy.tree_restart``): a config that sets one away
       from its default while picking a mechanism that does not read it is refused
       (:func:`fedjax_dp.config.unread_fields`).
+    decoder: ``Strategy -> L [T, rows of C]`` (host, float64): the left inverse of
+      ``C`` the rounds apply, round t's noise being ``(L Z)_t`` (:attr:`sample`'s
+      ``(C^+ Z)_t``), so the rounds' noise has covariance ``L L^T``
+      (:func:`noise_covariance`; the audit whitens with it).
   """
 
   name: str
@@ -92,6 +96,7 @@ class CorrelatedNoise(NamedTuple):
   sample: Callable[..., tuple[PyTree, PyTree]]
   banded: bool = False
   reads: tuple[str, ...] = ()
+  decoder: Callable[[Strategy], np.ndarray] | None = None
 
 
 def pattern_sensitivity_sq(gram: np.ndarray, pattern: np.ndarray) -> np.ndarray:

@@ -67,6 +67,35 @@ def matrix(s: Strategy) -> np.ndarray:
   return np.stack(rows)
 
 
+def _node_rows(s: Strategy) -> dict[tuple[int, int, int], int]:
+  """``(tree, level, index) -> row of C`` in :func:`matrix`'s order."""
+  tree, _, size = _tree_sizes(s)
+  rows = {}
+  for j in np.unique(tree):
+    m = int(size[tree == j][0])
+    for lvl in range(levels(m)):
+      for k in range(m >> lvl):
+        rows[(int(j), lvl, k)] = len(rows)
+  return rows
+
+
+def decoder(s: Strategy) -> np.ndarray:
+  """``L [T, nodes]``: round t's noise ``N(n) - N(n-1)`` (:func:`sample`) as a
+  combination of the nodes' noise, ``+1`` on node ``(s, (n >> s) - 1)`` and ``-1`` on
+  ``(l, ((n - 1) >> l) - 1)`` for ``l < s`` (s the lowest set bit of n, n the round's
+  position in its tree plus one). ``L C = I``: the prefix estimator without Honaker's
+  averaging is a left inverse, not the pseudo-inverse."""
+  rows = _node_rows(s)
+  out = np.zeros((s.rounds, len(rows)))
+  for t in range(s.rounds):
+    j, n = t // s.restart, t % s.restart + 1
+    low = (n & -n).bit_length() - 1
+    out[t, rows[(j, low, (n >> low) - 1)]] = 1.0
+    for lvl in range(low):
+      out[t, rows[(j, lvl, ((n - 1) >> lvl) - 1)]] = -1.0
+  return out
+
+
 def gram(s: Strategy) -> np.ndarray:
   """``C^T C [T, T]``: the number of nodes covering both rounds (0 across trees)."""
   tree, loc, size = _tree_sizes(s)
@@ -119,4 +148,5 @@ def node_noise(s: Strategy, key: jax.Array, like: PyTree):
 
 
 MECHANISM = CorrelatedNoise(name="tree", strategy=strategy, gram=gram, init=init,
-                            sample=sample, reads=("privacy.tree_restart",))
+                            sample=sample, reads=("privacy.tree_restart",),
+                            decoder=decoder)
