@@ -302,7 +302,9 @@ L1_GEOMETRY = {"data.name": "lending_club", "model.name": "linear_regression",
 @pytest.mark.parametrize("sets,variant,trials", [
     ({**POISSON_MB, "server.clients_per_round": 5}, "noise_div10", 2000),
     ({**ADPFL_CLIENTS, "server.clients_per_round": 5}, "noise_div10", 1000),
-    ({**LAPLACE, "client.clip_mode": "step_grad_l1"}, "noise_div10", TRIALS),
+    # (the quickstart's 140 examples: on 35 one of four audit seeds fell to the certificate)
+    ({**LAPLACE, "client.clip_mode": "step_grad_l1", "data.samples_per_client": 140},
+     "noise_div10", TRIALS),
     (L1_GEOMETRY, "noise_div10", 4000), (L1_GEOMETRY, "no_clip", TRIALS)],
     ids=["poisson_minibatch", "validation_clients", "laplace-step_grad_l1",
          "laplace-update_l2-noise_div10", "laplace-update_l2-no_clip"])
