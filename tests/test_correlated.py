@@ -163,11 +163,12 @@ def test_noise_covariance_across_rounds(name):
 
   def one(seed):
     key = jax.random.PRNGKey(seed)
-    st, out = mech.init(s, like), []
-    for r in range(t):
+
+    def body(st, r):  # the round traced, as in the compiled round (one trace, not T)
       w, st = mech.sample(s, key, r, st, like)
-      out.append(w)
-    return jnp.stack(out)  # [T, 4]
+      return st, w
+
+    return jax.lax.scan(body, mech.init(s, like), jnp.arange(t))[1]  # [T, 4]
 
   w = np.asarray(jax.jit(jax.vmap(one))(jnp.arange(3000)))  # [seeds, T, 4]
   x = np.moveaxis(w, 2, 1).reshape(-1, t)  # coordinates are independent replicates
