@@ -60,7 +60,7 @@ def test_stacked_datasets_read_their_own_clients():
   a, b = _toy(seed=1), _toy(seed=2)
   stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), a, b)
   model = get_model("logistic", (4, 4, 1), 3)
-  params = model.init(jax.random.PRNGKey(0))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   cfg = engine.RoundConfig(client_lib.ClientConfig(1, 0, "per_example_l2", "upload"),
                            "unnormalized", client_chunk=2)
   fn = engine.make_round_fn(model, cfg)

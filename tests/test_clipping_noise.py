@@ -28,8 +28,11 @@ def _ghost_l1(params, x, y, w, clip):
 
 
 @jax.jit
-def _reference(params, x, y):
-  return clipping.per_example_grads_reference(MODEL, params, x, y)
+def _reference_clipped_norms(params, x, y, clip):
+  """Each materialised per-example gradient's norm after clipping."""
+  grads = clipping.per_example_grads_reference(MODEL, params, x, y)
+  norms = jax.vmap(lambda g: clipping.tree_norm(g, 2))(grads)
+  return norms * clipping.clip_factor(norms, clip)
 
 
 @settings(max_examples=25, deadline=None)
@@ -47,10 +50,7 @@ def test_per_example_clip_bound_holds_for_any_input(scale, clip, seed):
     # The clipped sum of 7 examples has norm <= 7 C (triangle inequality) ...
     assert float(clipping.tree_norm(total, ord)) <= 7 * clip * (1 + 1e-4) + 1e-6
   # ... and each clipped per-example gradient has norm <= C.
-  grads = _reference(params, x, y)
-  norms = jax.vmap(lambda g: clipping.tree_norm(g, 2))(grads)
-  factors = clipping.clip_factor(norms, jnp.float32(clip))
-  clipped = np.asarray(norms * factors)
+  clipped = np.asarray(_reference_clipped_norms(params, x, y, jnp.float32(clip)))
   assert np.all(clipped <= clip * (1 + 1e-5) + 1e-12)
 
 
@@ -70,24 +70,36 @@ def test_clip_by_norm_bound(scale, clip, ord):
 def test_ghost_matches_materialised_per_example_clipping():
   rng = np.random.default_rng(1)
   model = get_model("mlp_784_256_10", (4, 4, 1), 10)
-  params = model.init(jax.random.PRNGKey(3))
+  params = jax.jit(model.init)(jax.random.PRNGKey(3))
   x = jnp.asarray(rng.normal(size=(16, 4, 4, 1)), jnp.float32)
   y = jnp.asarray(rng.integers(0, 10, 16), jnp.int32)
   w = jnp.asarray((np.arange(16) < 13).astype(np.float32))
-  grads = clipping.per_example_grads_reference(model, params, x, y)
-  for ord in (1, 2):
-    norms = jax.vmap(functools.partial(clipping.tree_norm, ord=ord))(grads)
-    c = clipping.clip_factor(norms, 0.3) * w
-    want = jax.tree_util.tree_map(functools.partial(jnp.tensordot, c, axes=1), grads)
-    got, _, got_norms = clipping.per_example_clipped_grad_sum(model, params, x, y, w, 0.3, ord)
-    np.testing.assert_allclose(np.asarray(got_norms)[:13], np.asarray(norms)[:13], rtol=1e-4)
+  plain = type(model)(**{**model.__dict__, "ghost": False})
+
+  @jax.jit
+  def ghost_and_reference(params, x, y, w):
+    """Both orders' ghost results, materialised references and the vmap-over-chunks
+    path, in one compiled call."""
+    grads = clipping.per_example_grads_reference(model, params, x, y)
+    out = {}
+    for ord in (1, 2):
+      norms = jax.vmap(functools.partial(clipping.tree_norm, ord=ord))(grads)
+      c = clipping.clip_factor(norms, 0.3) * w
+      want = jax.tree_util.tree_map(functools.partial(jnp.tensordot, c, axes=1), grads)
+      got, _, got_norms = clipping.per_example_clipped_grad_sum(model, params, x, y, w, 0.3,
+                                                                ord)
+      # The vmap-over-chunks path (used for models without ghost clipping).
+      got2, _, _ = clipping.per_example_clipped_grad_sum(plain, params, x, y, w, 0.3, ord, 5)
+      out[ord] = (got, got_norms, want, norms, got2)
+    return out
+
+  for ord, (got, got_norms, want, norms, got2) in ghost_and_reference(params, x, y, w).items():
+    np.testing.assert_allclose(np.asarray(got_norms)[:13], np.asarray(norms)[:13], rtol=1e-4,
+                               err_msg=f"ord {ord}")
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    # The vmap-over-chunks path (used for CNNs) gives the same sum.
-    plain = type(model)(**{**model.__dict__, "ghost": False})
-    got2, _, _ = clipping.per_example_clipped_grad_sum(plain, params, x, y, w, 0.3, ord, 5)
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=f"ord {ord}")
     for a, b in zip(jax.tree_util.tree_leaves(got2), jax.tree_util.tree_leaves(want)):
-      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=f"ord {ord}")
 
 
 @pytest.mark.parametrize("mechanism,scale", [("gaussian", 0.7), ("laplace", 0.4),

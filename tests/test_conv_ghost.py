@@ -54,7 +54,7 @@ def _ghost_and_reference(model, params, x, y, w, clip_scale):
 def test_conv_ghost_norms_and_clipped_sum_equal_materialised(case):
   shape, specs = CASES[case]
   model = Model("two_convs", _TwoConvs(specs), shape, 3, ghost=True, conv=True)
-  params = model.init(jax.random.PRNGKey(case))
+  params = jax.jit(model.init)(jax.random.PRNGKey(case))
   rng = np.random.default_rng(case)
   x = jnp.asarray(rng.normal(size=(5, *shape)), jnp.float32)
   y = jnp.asarray(rng.integers(0, 3, 5), jnp.int32)
@@ -101,7 +101,7 @@ def test_conv_layer_matches_flax_conv_in_both_impls(padding):
 def test_clipped_per_example_gradients_never_exceed_clip():
   """For inputs of every scale, each example's clipped gradient has norm <= C."""
   model = get_model("cnn_pfl_cifar10", (8, 8, 1), 4)
-  params = model.init(jax.random.PRNGKey(0))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   rng = np.random.default_rng(1)
   clip = 0.7
 

@@ -47,12 +47,13 @@ def _assert_close(got, want):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
 
 
+# The logistic model's fused hooks (every registered one, both chunk paths) are checked
+# by test_every_fused_hook_equals_the_vmapped_reference; these cases add the other
+# model families: hidden layers, the hinge loss with l2_reg, aggregated upload noise,
+# a CNN.
 CASES = [
-    ("logistic", client_lib.ClientConfig(1, 0, "update_l2", "central"), False),
-    ("logistic", client_lib.ClientConfig(1, 0, "update_l2", "upload"), False),
     ("mlp_784_256_10", client_lib.ClientConfig(1, 0, "update_l2", "none"), False),
     ("mlp_784_256_10", client_lib.ClientConfig(1, 0, "per_example_l2", "upload"), False),
-    ("logistic", client_lib.ClientConfig(1, 0, "per_example_l1", "upload", "laplace"), False),
     ("linear_svm", client_lib.ClientConfig(1, 0, "per_example_l2", "upload", l2_reg=0.1), True),
     ("linear_svm", client_lib.ClientConfig(1, 0, "none", "none", l2_reg=0.1), False),
     # CNNs: ghost Conv layers fuse too (rows = every example's output positions).
@@ -60,51 +61,53 @@ CASES = [
 ]
 
 
+def _fused_and_reference(model, cfg, params, data, args):
+  """The fused round and the per-client one (``fuse_one_step=False``)."""
+  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
+      params, data, args)
+  return engine.make_round_fn(model, cfg)(params, data, args), want
+
+
 # Each case runs at one chunk size, alternating between 0 (the whole cohort in one
-# block) and 3 (blocks with a padded remainder): both paths meet four cases each, at
-# half the compiles of every case at both.
+# block) and 3 (blocks with a padded remainder): both paths meet several cases each,
+# at half the compiles of every case at both.
 @pytest.mark.parametrize("name,ccfg,aggregate,chunk",
                          [(*case, (0, 3)[i % 2]) for i, case in enumerate(CASES)])
 def test_fused_round_equals_per_client_round(name, ccfg, aggregate, chunk):
   model = get_model(name, SHAPE, CLASSES)
   assert one_step.fusable(model, ccfg)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
-  data = _data()
   cfg = engine.RoundConfig(ccfg, client_chunk=chunk, aggregate_upload_noise=aggregate)
-  args = _args()
-  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
-      params, data, args)
-  got = engine.make_round_fn(model, cfg)(params, data, args)
-  _assert_close(got, want)
+  _assert_close(*_fused_and_reference(model, cfg, params, _data(), _args()))
 
 
 def _fused_modes():
   """Every registered clip mode with a fused one-step hook, at each noise placement the
-  fused path takes that the mode's proof allows (or none)."""
+  fused path takes that the mode's proof allows (or none), alternately at chunk sizes
+  0 and 3."""
   out = []
   for name, mode in clip_modes.CLIP_MODES.items():
     if mode.client.fused is None:
       continue
     placements = [p for p in ("upload", "central") if p in mode.proof.placements]
     out += [(name, p) for p in placements or ["none"]]
-  return out
+  return [(*mode, (0, 3)[i % 2]) for i, mode in enumerate(out)]
 
 
-@pytest.mark.parametrize("clip_mode,placement", _fused_modes())
-def test_every_fused_hook_equals_the_vmapped_reference(clip_mode, placement):
+@pytest.mark.parametrize("clip_mode,placement,chunk", _fused_modes())
+def test_every_fused_hook_equals_the_vmapped_reference(clip_mode, placement, chunk):
   """The registry decides the fused path: each mode's hook (``ClipMode.client.fused``)
   against ``vmap(client_update)``, the reference, with unequal clients, padding and a
   clip that binds for some."""
   model = get_model("logistic", SHAPE, CLASSES)
-  ccfg = client_lib.ClientConfig(1, 0, clip_mode, placement)
+  # L1 clipping with the Laplace mechanism it is calibrated for (Fu et al.).
+  ccfg = client_lib.ClientConfig(1, 0, clip_mode, placement,
+                                 "laplace" if clip_mode.endswith("_l1") else "gaussian")
   assert one_step.fusable(model, ccfg)
   params = jax.jit(model.init)(jax.random.PRNGKey(1))
-  cfg = engine.RoundConfig(ccfg, client_chunk=3)
+  cfg = engine.RoundConfig(ccfg, client_chunk=chunk)
   args = _args()._replace(clip=jnp.float32(0.3))
-  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
-      params, _data(), args)
-  got = engine.make_round_fn(model, cfg)(params, _data(), args)
-  _assert_close(got, want)
+  _assert_close(*_fused_and_reference(model, cfg, params, _data(), args))
 
 
 def test_update_clipping_binds_and_lanes_agree():
@@ -114,11 +117,12 @@ def test_update_clipping_binds_and_lanes_agree():
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   data = _data()
   x, y, m = data.x[:5], data.y[:5], data.mask[:5]
-  norms = jax.vmap(lambda xi, yi, mi: client_lib.clipping.tree_norm(jax.tree_util.tree_map(
-      jnp.subtract, client_lib.client_update(
+  norms = jax.jit(jax.vmap(lambda xi, yi, mi: client_lib.clipping.tree_norm(
+      jax.tree_util.tree_map(jnp.subtract, client_lib.client_update(
           model, dataclasses.replace(ccfg, clip_mode="none", noise_placement="none"), params,
           xi, yi, mi, jax.random.PRNGKey(0),
-          client_lib.ClientHParams(jnp.full((1,), 0.7), 1.0, 0.0, 0.0)).params, params)))(x, y, m)
+          client_lib.ClientHParams(jnp.full((1,), 0.7), 1.0, 0.0, 0.0)).params, params))))(
+              x, y, m)
   assert np.min(norms) < 0.9 < np.max(norms)  # lane 0's clip binds for some clients only
   cfg = engine.RoundConfig(ccfg, client_chunk=3)
   lanes = _args(lanes=3)
@@ -147,11 +151,10 @@ def test_not_fusable(ccfg):
     one_step.block_sum(model, ccfg, None, None, None, jnp.ones((2, 3)), None, None, None)
 
 
-@pytest.mark.parametrize("chunk", [1, 4])  # one client per block (a plain dot), or several
-def test_update_clipping_with_explicit_client_gradients(chunk):
-  """n > d: every layer forms the clients' [d, o] gradients explicitly (Wei's MNIST
-  shape, n = 800 > d = 784) and sums them scaled; equals the per-client path, with
-  central noise, unequal client sizes, padding and a clip that binds for some."""
+@pytest.fixture(scope="module")
+def explicit():
+  """Wei's MNIST shape in miniature (n > d) and its per-client round (the reference
+  of both chunk sizes below, computed once)."""
   shape, clip = (2, 2, 1), 1.5
   model = get_model("mlp_784_256_10", shape, CLASSES)
   n_max = 48
@@ -161,11 +164,20 @@ def test_update_clipping_with_explicit_client_gradients(chunk):
   data = toy_federated(9, 40, shape, CLASSES, 1, n_max=n_max)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   ccfg = client_lib.ClientConfig(1, 0, "update_l2", "central")
-  cfg = engine.RoundConfig(ccfg, client_chunk=chunk)
   args = _args()._replace(clip=jnp.float32(clip))
-  want = engine.make_round_fn(model, dataclasses.replace(cfg, fuse_one_step=False))(
+  want = engine.make_round_fn(model, engine.RoundConfig(ccfg, fuse_one_step=False))(
       params, data, args)
-  got = engine.make_round_fn(model, cfg)(params, data, args)
+  return model, data, params, ccfg, args, clip, want
+
+
+@pytest.mark.parametrize("chunk", [1, 4])  # one client per block (a plain dot), or several
+def test_update_clipping_with_explicit_client_gradients(explicit, chunk):
+  """n > d: every layer forms the clients' [d, o] gradients explicitly (Wei's MNIST
+  shape, n = 800 > d = 784) and sums them scaled; equals the per-client path, with
+  central noise, unequal client sizes, padding and a clip that binds for some."""
+  model, data, params, ccfg, args, clip, want = explicit
+  got = engine.make_round_fn(model, engine.RoundConfig(ccfg, client_chunk=chunk))(
+      params, data, args)
   _assert_close(got, want)
   if chunk > 1:
     return

@@ -99,7 +99,8 @@ def _client_cfg(opt, steps=3, **kw):
 
 def _hand_client(model, mode_name, params, x, y, mask, tx, steps, clip):
   """One client's local steps by hand: the clip mode's clipped mean gradient, then
-  ``optax`` (learning rate inside, updates added)."""
+  ``optax`` (learning rate inside, updates added). A Python loop over the steps,
+  jitted as a whole (and called once per client) by the test."""
   mode = clip_modes.get(mode_name)
   denom = jnp.maximum(jnp.sum(mask), 1.0)
   state = tx.init(params)
@@ -120,18 +121,21 @@ def _hand_client(model, mode_name, params, x, y, mask, tx, steps, clip):
      optax.adamw(0.05, weight_decay=0.1)),
 ])
 def test_vmapped_client_equals_a_hand_loop_with_optax(name, opt, tx):
-  model, data = _model(), toy_federated(4, 12, SHAPE, CLASSES, 1)
-  params = model.init(jax.random.PRNGKey(0))
+  model, data = _model(), toy_federated(3, 12, SHAPE, CLASSES, 1)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   cfg = _client_cfg(opt, steps=3)
   lr = 1.0 if opt.own_lr else 0.3
-  hp = client_lib.ClientHParams(lr=jnp.full((4, 3), lr), clip=jnp.full((4,), 0.8),
-                                step_noise=jnp.zeros(4), upload_noise=jnp.zeros(4))
-  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(3), i))(jnp.arange(4))
+  hp = client_lib.ClientHParams(lr=jnp.full((3, 3), lr), clip=jnp.full((3,), 0.8),
+                                step_noise=jnp.zeros(3), upload_noise=jnp.zeros(3))
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(3), i))(jnp.arange(3))
   out = jax.jit(jax.vmap(lambda x, y, m, k, h: client_lib.client_update(
       model, cfg, params, x, y, m, k, h)))(data.x, data.y, data.mask, keys, hp)
-  for i in range(4):
-    want = _hand_client(model, "per_example_l2", params, data.x[i], data.y[i], data.mask[i],
-                        tx, 3, 0.8)
+  # The hand loop, compiled once and called per client (eager, every small op of
+  # every step and client compiled on its own).
+  hand = jax.jit(lambda x, y, m: _hand_client(model, "per_example_l2", params, x, y, m,
+                                              tx, 3, 0.8))
+  for i in range(3):
+    want = hand(data.x[i], data.y[i], data.mask[i])
     _assert_close(jax.tree_util.tree_map(lambda a, i=i: a[i], out.params), want)
 
 
@@ -153,7 +157,7 @@ def _old_client_update(model, cfg, global_params, x, y, mask, key, hp):
 
 def test_sgd_client_is_bit_identical_to_the_step_of_before():
   model, data = _model(), toy_federated(2, 12, SHAPE, CLASSES, 2)
-  params = model.init(jax.random.PRNGKey(1))
+  params = jax.jit(model.init)(jax.random.PRNGKey(1))
   cfg = _client_cfg(optimizers.SGD, steps=3, l2_reg=0.05)
   hp = client_lib.ClientHParams(lr=jnp.array([0.5, 0.3, 0.2]), clip=jnp.float32(0.7),
                                 step_noise=jnp.float32(0), upload_noise=jnp.float32(0))
@@ -169,25 +173,28 @@ def test_step_noise_and_update_clipping_hold_with_adam():
   the optimizer post-processes the noised clipped sum (a draw at scale 0 equals the
   noiseless run, and noise moves the upload)."""
   model, data = _model(), toy_federated(3, 12, SHAPE, CLASSES, 3)
-  params = model.init(jax.random.PRNGKey(2))
+  params = jax.jit(model.init)(jax.random.PRNGKey(2))
   adam = optimizers.ADAM
   keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.PRNGKey(5), i))(jnp.arange(3))
 
+  # One compiled program per config: the noise scale and clip are traced.
+  update = jax.jit(jax.vmap(client_lib.client_update,
+                            in_axes=(None, None, None, 0, 0, 0, 0, 0)), static_argnums=(0, 1))
+
   def run(cfg, noise, clip=0.05):
-    hp = client_lib.ClientHParams(lr=jnp.full((3, 4), 0.5), clip=jnp.full((3,), clip),
+    hp = client_lib.ClientHParams(lr=jnp.full((3, 2), 0.5), clip=jnp.full((3,), clip),
                                   step_noise=jnp.full((3,), noise),
                                   upload_noise=jnp.full((3,), noise))
-    return jax.jit(jax.vmap(lambda x, y, m, k, h: client_lib.client_update(
-        model, cfg, params, x, y, m, k, h)))(data.x, data.y, data.mask, keys, hp)
+    return update(model, cfg, params, data.x, data.y, data.mask, keys, hp)
 
-  clipped = run(_client_cfg(adam, 4, clip_mode="update_l2", noise_placement="none"), 0.0)
+  clipped = run(_client_cfg(adam, 2, clip_mode="update_l2", noise_placement="none"), 0.0)
   delta = jax.tree_util.tree_map(lambda a, p: a - p[None], clipped.params, params)
   norms = np.sqrt(sum(np.sum(np.square(d), axis=tuple(range(1, d.ndim)))
                       for d in _leaves(delta)))
   assert np.all(norms <= 0.05 * (1 + 1e-5)) and np.all(clipped.update_norm > 0.05)
-  step_cfg = _client_cfg(adam, 4, noise_placement="step")
+  step_cfg = _client_cfg(adam, 2, noise_placement="step")
   quiet = run(step_cfg, 0.0, clip=1.0)
-  _assert_close(quiet.params, run(_client_cfg(adam, 4), 0.0, clip=1.0).params)
+  _assert_close(quiet.params, run(_client_cfg(adam, 2), 0.0, clip=1.0).params)
   noisy = run(step_cfg, 0.5, clip=1.0)
   assert not np.allclose(_leaves(noisy.params)[0], _leaves(quiet.params)[0])
 
@@ -207,13 +214,13 @@ def test_momentum_one_step_fused_equals_per_client():
   per-client momentum round."""
   model, data = get_model("mlp_784_256_10", SHAPE, CLASSES), toy_federated(5, 10, SHAPE,
                                                                            CLASSES, 4)
-  params = model.init(jax.random.PRNGKey(0))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   ccfg = client_lib.ClientConfig(1, 0, "per_example_l2", "upload",
                                  optimizer=optimizers.MOMENTUM)
   args = _round_args(5)
-  fused = engine.round_step(model, engine.RoundConfig(ccfg), params, data, args)[0]
-  plain = engine.round_step(model, engine.RoundConfig(ccfg, fuse_one_step=False), params,
-                            data, args)[0]
+  fused = engine.make_round_fn(model, engine.RoundConfig(ccfg))(params, data, args)[0]
+  plain = engine.make_round_fn(model, engine.RoundConfig(ccfg, fuse_one_step=False))(
+      params, data, args)[0]
   _assert_close(fused, plain)
 
 
@@ -252,7 +259,7 @@ def test_server_optimizer_equals_optax_on_the_noisy_aggregate(opt, tx_of_lr):
   avg = engine.RoundConfig(ccfg, aggregation="fixed", expected_fraction=1.0)
   cfg = dataclasses.replace(avg, server_optimizer=opt)
   assert rounds.carries_state(cfg) and not rounds.carries_state(avg)
-  params = model.init(jax.random.PRNGKey(0))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   carried = engine.carried_params(cfg, params)
   assert isinstance(carried, engine.CarriedParams) and carried.noise is None
   fn = jax.jit(lambda p, a: engine.round_step(model, cfg, p, data, a))
@@ -274,7 +281,7 @@ def test_server_state_is_per_lane_and_inactive_lanes_keep_it():
   model, data = _model(), toy_federated(4, 10, SHAPE, CLASSES, 6)
   ccfg = client_lib.ClientConfig(1, 0, "update_l2", "central")
   cfg = engine.RoundConfig(ccfg, aggregation="fixed", server_optimizer=optimizers.FEDADAM)
-  params = model.init(jax.random.PRNGKey(0))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0))
   one = engine.carried_params(cfg, params)
   lanes = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), one)
   args = _round_args(4, central=0.01, server_lr=0.05)

@@ -109,10 +109,11 @@ def test_regression_round_equals_per_client_loop():
   for k, i in enumerate([4, 1]):  # the selected ones; slot 2 is padding
     key = engine.client_keys(args.seed, args.round, jnp.asarray([i]))[0]
     hp = client_lib.ClientHParams(args.lr, args.clip, args.noise[k], args.noise[k])
-    outs.append(one_client(model, ccfg, params, data.x[i], data.y[i], data.mask[i], key,
-                           hp).params)
+    outs.append(jax.device_get(one_client(model, ccfg, params, data.x[i], data.y[i],
+                                          data.mask[i], key, hp).params))
     counts.append(float(data.counts[i]))
-  w = np.asarray(counts) / np.sum(counts)
+  # The weighted mean in float32 NumPy (as jnp would, without compiling each small op).
+  w = (np.asarray(counts) / np.sum(counts)).astype(np.float32)
   want = jax.tree_util.tree_map(lambda *ps: sum(wi * p for wi, p in zip(w, ps)), *outs)
   for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
