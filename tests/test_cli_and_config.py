@@ -18,10 +18,16 @@ WEI = ROOT / "experiments" / "configs" / "wei_mnist_mlp.py"
 MNIST_DIR = ROOT / ".." / "shared" / "datasets" / "mnist"
 
 
+# The shapes of every small run here (and of the CLI run): runs of one program share its
+# compilation. All clients at once: the default client_chunk=-1 compiles two probe
+# rounds per new program (tests/test_chunking.py covers it).
+SMALL = {"data.num_clients": "4", "data.samples_per_client": "30",
+         "server.clients_per_round": "4", "server.client_chunk": "0"}
+
+
 def _small(**sets):
   cfg = config_lib.load_config(QUICKSTART)
-  base = {"rounds": "3", "data.num_clients": "4", "data.samples_per_client": "30",
-          "server.clients_per_round": "4", "progress": "false"}
+  base = {"rounds": "3", **SMALL, "progress": "false"}
   base.update(sets)
   return config_lib.override(cfg, [f"{k}={v}" for k, v in base.items()])
 
@@ -83,8 +89,8 @@ def test_bad_input_fails_before_compute_with_named_field(sets, match):
 def test_cli_run_writes_run_directory(tmp_path, capsys):
   out = tmp_path / "run"
   code = cli.main(["run", str(QUICKSTART), "--out", str(out), "--no-progress",
-                   "--set", "rounds=4", "--set", "data.num_clients=5",
-                   "--set", "server.clients_per_round=5"])
+                   "--set", "rounds=4",
+                   *[a for k, v in SMALL.items() for a in ("--set", f"{k}={v}")]])
   assert code == 0
   assert "final test accuracy" in capsys.readouterr().out
   for name in ("config.json", "metrics.csv", "summary.json", "metrics.png"):
@@ -132,19 +138,20 @@ def test_enforce_budget_stops_before_passing_target():
 
 
 def test_wei_eq10_run_records_claimed_and_certified():
-  res = experiment.run(_small(**{"privacy.epsilon": "4", "rounds": "200",
+  T = 50
+  res = experiment.run(_small(**{"privacy.epsilon": "4", "rounds": str(T),
                                  "privacy.formula": "wei_eq10"}))
   claimed = [r["epsilon_claimed"] for r in res.rows]
   certified = [r["epsilon_certified"] for r in res.rows]
   # Eq. (10) spends its budget as sqrt(t / T): the claim reaches 4 exactly at T.
   np.testing.assert_allclose(claimed[-1], 4.0, rtol=1e-6)
-  np.testing.assert_allclose(claimed[0], 4.0 * math.sqrt(1 / 200), rtol=1e-6)
+  np.testing.assert_allclose(claimed[0], 4.0 * math.sqrt(1 / T), rtol=1e-6)
   assert all(np.diff(certified) > 0)
   # The certified value is the RDP accountant on the run's own events: replace-one,
   # all clients every round (q = 1), z = sigma / Delta_l from eq. (10).
-  z = formulas.wei_sigma_eq10(4.0, 1e-3, 1.0, 200, 1.0)
+  z = formulas.wei_sigma_eq10(4.0, 1e-3, 1.0, T, 1.0)
   event = accounting.Event(noise_multiplier=z, sampling="full", relation="replace_one",
-                           count=200)
+                           count=T)
   np.testing.assert_allclose(certified[-1], accounting.epsilon([event], 1e-3), rtol=1e-9)
 
 
@@ -152,6 +159,11 @@ def test_wei_eq10_run_records_claimed_and_certified():
 def test_wei_config_builds_on_real_mnist():
   cfg = config_lib.override(config_lib.load_config(WEI), [
       f"data.dir={MNIST_DIR}", "rounds=2", "progress=false"])
+  # The shipped federation (50 clients of 800 real images) builds; it trains as 10 of
+  # them (the same config, one program for all ten): 2 rounds, above chance.
+  assert experiment.build(cfg).data.x.shape == (50, 800, 28, 28, 1)
+  cfg = config_lib.override(cfg, ["data.num_clients=10", "server.clients_per_round=10",
+                                  "server.client_chunk=0"])
   res = experiment.run(cfg)
   assert res.summary["rounds_run"] == 2
   assert res.rows[-1]["test_accuracy"] > 0.15  # above chance after two rounds

@@ -988,11 +988,20 @@ def _files(root: Path) -> set[Path]:
   return {p for p in root.rglob("*") if p.is_file()}
 
 
+def _all_clients_at_once(*args, **kwargs) -> int:
+  """Sizing the client chunk to free memory compiles two probe rounds per program; the
+  rows that run take all clients at once (0) instead (tests/test_chunking.py covers it)."""
+  return 0
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
   """A finished one-round quickstart run (copied into each row that uses ``{run}``)."""
   out = tmp_path_factory.mktemp("finished") / "run"
-  assert cli.main(["run", QUICK, "--out", str(out), "--no-progress", "--set", "rounds=1"]) == 0
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(memory, "client_chunk_for_memory", _all_clients_at_once)
+    assert cli.main(["run", QUICK, "--out", str(out), "--no-progress", "--set",
+                     "rounds=1"]) == 0
   return out
 
 
@@ -1002,6 +1011,7 @@ def _guard(monkeypatch, expected, command: str) -> None:
     raise Reached
 
   if isinstance(expected, Works):
+    monkeypatch.setattr(memory, "client_chunk_for_memory", _all_clients_at_once)
     return
   audit_lib = importlib.import_module("fedjax_dp.audit.audit")
   from fedjax_dp.privacy import accounting, calibration
@@ -1012,7 +1022,7 @@ def _guard(monkeypatch, expected, command: str) -> None:
   # Sizing the client chunk compiles the round: an error must come before it; a valid
   # invocation skips it (0 = all clients at once) to keep the row fast.
   monkeypatch.setattr(memory, "client_chunk_for_memory",
-                      stop if isinstance(expected, Err) else lambda *a, **k: 0)
+                      stop if isinstance(expected, Err) else _all_clients_at_once)
   monkeypatch.setattr(audit_lib, "canary_pair", stop)
   if isinstance(expected, Err) and command == "account":  # (a run's plan calibrates)
     monkeypatch.setattr(accounting, "epsilon", stop)

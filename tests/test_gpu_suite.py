@@ -12,7 +12,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpu_suite
 
 
-def test_quick_suite_runs_its_sections_and_writes_the_csv(tmp_path, capsys):
+@pytest.fixture
+def all_clients_at_once(monkeypatch):
+  """Every round takes all its clients at once: sizing the chunk to free memory
+  compiles two probe rounds per program, which doubled these tests' compiles; the
+  sizing is tests/test_chunking.py's (the GPU run keeps it)."""
+  from fedjax_dp.training import memory  # (after gpu_suite: engine first is an import cycle)
+  for module in (gpu_suite.engine, memory):
+    monkeypatch.setattr(module, "client_chunk_for_memory", lambda *a, **k: 0)
+
+
+def test_quick_suite_runs_its_sections_and_writes_the_csv(tmp_path, capsys,
+                                                          all_clients_at_once):
   # W1 (the MLP round and loop), W2 (both conv implementations) and the pfl rounds
   # that reuse W2's compiled programs; W3, W5 and W7 are the same code paths at other
   # shapes and are left to the GPU run (their compiles would double this test).
@@ -27,7 +38,7 @@ def test_quick_suite_runs_its_sections_and_writes_the_csv(tmp_path, capsys):
   assert gpu_suite.conv_choice(rows) in ("conv", "im2col")
 
 
-def test_quick_second_edition_sections(tmp_path):
+def test_quick_second_edition_sections(tmp_path, all_clients_at_once):
   # The sections the second edition added, at tiny shapes: the paper-scale results
   # (listed, not regenerated), pfl (through a stand-in interpreter: pfl and torch are
   # not test dependencies), W4's sweep against one by one, a streamed federation.

@@ -27,8 +27,11 @@ from fedjax_dp.files import outputs, results
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
-# The shapes of tests/test_checkpoint.py's runs (its compiled rounds are reused).
-SHAPES = ["data.num_clients=6", "data.samples_per_client=40", "server.clients_per_round=4"]
+# The shapes of tests/test_checkpoint.py's runs, all clients of a round at once (sizing
+# the chunk to free memory compiles two probe rounds per program; test_chunking.py
+# covers it).
+SHAPES = ["data.num_clients=6", "data.samples_per_client=40", "server.clients_per_round=4",
+          "server.client_chunk=0"]
 SMALL = [a for s in SHAPES for a in ("--set", s)] + ["--no-progress"]
 RUN = ["run", "{q}", *SMALL, "--set", "rounds=2"]
 SWEEP = ["sweep", "{q}", *SMALL, "--set", "rounds=1"]

@@ -26,7 +26,8 @@ def _fu_sets(data_dir):
   """fu_lr_laplace (Laplace, fu_thm1) on 100 synthetic loans, 4 clients, 4 rounds."""
   write_loans(data_dir, n=100)
   return [a for k, v in {"data.dir": data_dir, "data.num_clients": 4, "data.samples_per_client": 20,
-                         "server.clients_per_round": 4, "rounds": 4}.items()
+                         "server.clients_per_round": 4, "rounds": 4,
+                         "server.client_chunk": 0}.items()
           for a in ("--set", f"{k}={v}")]
 
 

@@ -10,6 +10,10 @@ from fedjax_dp import calibration_sweep as cs
 from fedjax_dp import config as config_lib
 
 TARGET = cs.Target("adpfl2022", "Fig. X", "test_accuracy", 0.9)
+# The calibration sweeps' federation: small, all clients of a round at once (no probe
+# compiles to size a client chunk).
+_SMALL = ("data.num_clients=4", "data.samples_per_client=30", "server.clients_per_round=4",
+          "server.client_chunk=0")
 
 
 @pytest.mark.parametrize("paper", sorted(cs.STATED))
@@ -114,7 +118,7 @@ def test_merge_keeps_the_other_figures_rows(tmp_path):
 
 def test_one_small_calibration_sweep(tmp_path):
   cfg = config_lib.override(config_lib.load_config("quickstart"),
-                            ["privacy.epsilon=inf", "rounds=3", "progress=false"])
+                            ["privacy.epsilon=inf", "rounds=3", "progress=false", *_SMALL])
   grid = {"client.lr": [0.1, 0.5]}  # traced: one compiled program for both points
   target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
   table, rows = cs.calibrate(cfg, grid, target)
@@ -128,7 +132,7 @@ def test_one_small_calibration_sweep(tmp_path):
 
 def test_a_calibration_over_seeds_sweeps_each_point_per_seed(tmp_path):
   cfg = config_lib.override(config_lib.load_config("quickstart"),
-                            ["privacy.epsilon=inf", "rounds=2", "progress=false"])
+                            ["privacy.epsilon=inf", "rounds=2", "progress=false", *_SMALL])
   target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
   table, rows = cs.calibrate(cfg, {"client.lr": [0.1, 0.5]}, target, seeds=2)
   assert rows["point"].nunique() == 4 and sorted(set(rows["seed"])) == [0, 1]
