@@ -1,4 +1,5 @@
-"""8 forced CPU devices give the metrics of 1 device (sweep axis and client axis sharded).
+"""8 forced CPU devices give the metrics of 1 device (sweep axis and client axis sharded),
+and cohorts streamed from host memory those of resident data.
 
 XLA reads ``--xla_force_host_platform_device_count`` once, when jax starts, so the
 8-device half runs this file as a script in a subprocess.
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from _helpers import HANG_S, small_config
 
+from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, sharding, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +55,10 @@ def workload() -> dict:
   # cohorts vmapped, one per device.
   for name, grid in GRIDS.items():
     out[name] = sweep.run_sweep(_base(), grid)
+  # The first again with its cohorts streamed from host memory (data.placement='host',
+  # tests/test_streaming.py): gathered on the host, then split over the mesh.
+  out["streamed"] = sweep.run_sweep(config_lib.override(_base(), ["data.placement=host"]),
+                                    GRIDS["sweep_cohorts_in_sequence"])
   # One run: mesh (1, 8), its 9 clients over all devices in chunks of 2 rounded up to
   # the axis, 8; central noise.
   out["run_chunked"] = experiment.run(_run_config()).rows
@@ -63,6 +69,10 @@ def _point(row) -> tuple:
   """(epsilon, seed, round) of a sweep's row (the config's epsilon where not swept)."""
   return (float(row.get("privacy.epsilon", _base().privacy.epsilon)), int(row["seed"]),
           int(row["round"]))
+
+
+def _but_wall(rows: list) -> list:
+  return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
 
 
 def reference() -> tuple[dict, list]:
@@ -89,6 +99,9 @@ def test_eight_devices_match_one(tmp_path):
   assert eight.pop("num_devices") == 8
   assert eight.pop("meshes") == {"sweep_cohorts_in_sequence": [2, 4], "sweep_seeds": [8, 1],
                                  "run_chunked": [1, 8]}
+  # Streamed cohorts give the resident sweep's rows bit for bit.
+  streamed = eight.pop("streamed")
+  assert _but_wall(streamed) == _but_wall(eight["sweep_cohorts_in_sequence"])
   by_point, run_rows = reference()
   assert len(eight) == 3 and len(eight["run_chunked"]) == 2
   for name, grid in GRIDS.items():  # every point's every round, once
