@@ -24,22 +24,27 @@ QUICKSTART = ROOT / "experiments" / "configs" / "quickstart.py"
 # The only fields allowed to differ between a resumed and an uninterrupted run.
 WALL_COLUMNS = ("wall_s",)
 WALL_SUMMARY_FIELDS = ("wall_seconds", "seconds_per_round")
+# All clients at once (server.client_chunk=0): the default (-1) compiles two probe
+# rounds in every process, which these tiny rounds do not need (tests/test_chunking.py
+# covers -1).
 SMALL = ["--set", "data.num_clients=6", "--set", "data.samples_per_client=40",
-         "--set", "server.clients_per_round=4", "--no-progress"]
+         "--set", "server.clients_per_round=4", "--set", "server.client_chunk=0",
+         "--no-progress"]
 
-# Runs the CLI in a fresh process that SIGKILLs itself right after recording round
-# KILL_AT: a kill at an exactly chosen round, at any point of the checkpoint cycle.
+# Runs ``python -m fedjax_dp.cli`` in a fresh process that SIGKILLs itself right after
+# recording round KILL_AT: a kill at an exactly chosen round, at any point of the
+# checkpoint cycle.
 _KILLER = """
-import os, signal, sys
-from fedjax_dp import cli, experiment
-kill_at = int(sys.argv[1])
+import os, runpy, signal, sys
+from fedjax_dp import experiment
+kill_at = int(sys.argv.pop(1))
 record = experiment.RunLoop.record
 def killing_record(self, *args, **kwargs):
   record(self, *args, **kwargs)
   if self.t == kill_at:
     os.kill(os.getpid(), signal.SIGKILL)
 experiment.RunLoop.record = killing_record
-sys.exit(cli.main(sys.argv[2:]))
+runpy.run_module("fedjax_dp.cli", run_name="__main__", alter_sys=True)
 """
 
 
@@ -56,61 +61,65 @@ def _same_run(a: Path, b: Path) -> None:
   assert (a / "model.msgpack").read_bytes() == (b / "model.msgpack").read_bytes()
 
 
-def _env(cache_dir: Path):
-  # A persistent compilation cache: the later processes load the first one's
-  # executables instead of compiling again (the same program, so the same bits).
-  return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-          "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
-          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+def _env():
+  # The checkout first on the path. The suite's persistent compilation cache
+  # (tests/conftest.py) is inherited: the subprocess loads the programs the test's
+  # process compiled (the same program, so the same bits) where they were kept.
+  return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def test_sigkill_at_random_rounds_then_resume_equals_uninterrupted(tmp_path):
-  rounds, every = 16, 3
-  args = ["run", str(QUICKSTART), *SMALL, "--set", f"rounds={rounds}",
-          "--set", f"checkpoint.every={every}"]
-  full, resumed = tmp_path / "full", tmp_path / "resumed"
-  assert cli.main([*args, "--out", str(full)]) == 0
-  script = tmp_path / "killer.py"
-  script.write_text(_KILLER)
-  # Two kills at random rounds (fixed draw): one mid-cycle, one later.
-  kills = sorted(np.random.default_rng(7).choice(np.arange(2, rounds), 2, replace=False))
-  for kill_at in kills:
-    proc = subprocess.run(
-        [sys.executable, str(script), str(kill_at), *args, "--out", str(resumed)],
-        env=_env(tmp_path / "jax_cache"), capture_output=True, cwd=ROOT, check=False)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert not (resumed / "summary.json").exists()
-    # On disk: the rows of the last checkpoint before the killed round.
-    assert len(pd.read_csv(resumed / "metrics.csv")) == (kill_at - 1) // every * every
-  proc = subprocess.run(
-      [sys.executable, "-m", "fedjax_dp.cli", *args, "--out", str(resumed)],
-      env=_env(tmp_path / "jax_cache"), capture_output=True, cwd=ROOT, check=False)
-  assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-  _same_run(full, resumed)
+def _rows_on_disk_after_crash(run: Path, crashed_at: int, every: int) -> dict:
+  """A run that died in round ``crashed_at``: no summary, and on disk the rows of the
+  last checkpoint before it; the checkpoint holds FedAdam's state beside the model."""
+  assert not (run / "summary.json").exists()
+  assert len(pd.read_csv(run / "metrics.csv")) == (crashed_at - 1) // every * every
+  saved = checkpoint.verified_payload(run / checkpoint.FILENAME)
+  params = serialization.msgpack_restore(saved)["params"]
+  assert set(params) == {"model", "opt"}  # the bare model and FedAdam's state
+  return params
 
 
-def test_sigkill_resume_is_bit_exact_with_server_optimizer_state(tmp_path):
-  """FedAdam's moments are carried on the device beside the model: a run killed after
-  a checkpoint resumes them and finishes as the uninterrupted run, bit for bit; the
-  checkpoint holds them, model.msgpack holds the model only."""
-  rounds, every, kill_at = 7, 2, 5
+def test_sigkill_at_random_rounds_then_resume_equals_uninterrupted(tmp_path, monkeypatch):
+  """A process SIGKILLed at a random round, resumed, dying again at a later random
+  round, then resumed to the end gives the uninterrupted run bit for bit. FedAdam's
+  moments are carried on the device beside the model: the checkpoint holds them
+  (model.msgpack the model only) and the resumed runs continue them."""
+  rounds, every = 12, 3
   args = ["run", str(QUICKSTART), *SMALL, "--set", f"rounds={rounds}",
           "--set", f"checkpoint.every={every}", "--set", "server.optimizer=fedadam",
           "--set", "server.lr=0.05", "--set", "client.optimizer=momentum",
           "--set", "client.local_steps=2"]
   full, resumed = tmp_path / "full", tmp_path / "resumed"
   assert cli.main([*args, "--out", str(full)]) == 0
+  # Two deaths at random rounds (fixed draw: 8 and 10): one mid-cycle, one later, in
+  # the run resumed from the first one's checkpoint.
+  kill_at, crash_at = sorted(
+      np.random.default_rng(7).choice(np.arange(2, rounds), 2, replace=False))
   script = tmp_path / "killer.py"
   script.write_text(_KILLER)
   proc = subprocess.run(
       [sys.executable, str(script), str(kill_at), *args, "--out", str(resumed)],
-      env=_env(tmp_path / "jax_cache"), capture_output=True, cwd=ROOT, check=False)
+      env=_env(), capture_output=True, cwd=ROOT, check=False)
   assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-  assert len(pd.read_csv(resumed / "metrics.csv")) == 4
-  saved = checkpoint.verified_payload(resumed / checkpoint.FILENAME)
-  params = serialization.msgpack_restore(saved)["params"]
-  assert set(params) == {"model", "opt"}  # the bare model and FedAdam's state
+  _rows_on_disk_after_crash(resumed, kill_at, every)
+
+  # The second death in this process (the compiled programs are reused): an exception
+  # in the round, which leaves the files as a kill does.
+  class Killed(Exception):
+    pass
+
+  record = experiment.RunLoop.record
+
+  def dying_record(self, *a, **k):
+    record(self, *a, **k)
+    if self.t == crash_at:
+      raise Killed
+
+  monkeypatch.setattr(experiment.RunLoop, "record", dying_record)
+  with pytest.raises(Killed):
+    cli.main([*args, "--out", str(resumed)])
+  monkeypatch.setattr(experiment.RunLoop, "record", record)
+  params = _rows_on_disk_after_crash(resumed, crash_at, every)
   assert cli.main([*args, "--out", str(resumed)]) == 0
   _same_run(full, resumed)
   model = serialization.msgpack_restore((full / "model.msgpack").read_bytes())
@@ -151,8 +160,9 @@ def test_sigint_marks_interrupted_and_resume_equals_uninterrupted(tmp_path, monk
 
 def test_sweep_points_resume_from_their_checkpoints(tmp_path, monkeypatch):
   cfg = config_lib.override(config_lib.load_config(QUICKSTART), [
-      "rounds=10", "data.num_clients=6", "data.samples_per_client=40",
-      "server.clients_per_round=4", "checkpoint.every=3", "progress=false"])
+      "rounds=7", "data.num_clients=6", "data.samples_per_client=40",
+      "server.clients_per_round=4", "server.client_chunk=0", "checkpoint.every=3",
+      "progress=false"])
   grid = {"privacy.epsilon": [2.0, 8.0]}
   full, resumed = tmp_path / "full", tmp_path / "resumed"
   sweep.run_sweep(cfg, grid, str(full))
@@ -164,15 +174,15 @@ def test_sweep_points_resume_from_their_checkpoints(tmp_path, monkeypatch):
 
   def dying_record(self, *a, **k):
     record(self, *a, **k)
-    if self.t == 8:
-      raise Killed  # the process dies mid-sweep: no summaries, checkpoints at round 6
+    if self.t == 5:
+      raise Killed  # the process dies mid-sweep: no summaries, checkpoints at round 3
 
   monkeypatch.setattr(experiment.RunLoop, "record", dying_record)
   with pytest.raises(Killed):
     sweep.run_sweep(cfg, grid, str(resumed))
   monkeypatch.setattr(experiment.RunLoop, "record", record)
   points = sorted((resumed / "points").iterdir())
-  assert [len(pd.read_csv(p / "metrics.csv")) for p in points] == [6, 6]
+  assert [len(pd.read_csv(p / "metrics.csv")) for p in points] == [3, 3]
   started = []
   load = checkpoint.load
 
@@ -183,7 +193,7 @@ def test_sweep_points_resume_from_their_checkpoints(tmp_path, monkeypatch):
 
   monkeypatch.setattr(checkpoint, "load", spying_load)
   sweep.run_sweep(cfg, grid, str(resumed))
-  assert started == [6, 6]  # both points continued from round 6
+  assert started == [3, 3]  # both points continued from round 3
   pd.testing.assert_frame_equal(pd.read_csv(full / "sweep.csv").drop(columns=list(WALL_COLUMNS)),
                                 pd.read_csv(resumed / "sweep.csv").drop(
                                     columns=list(WALL_COLUMNS)), check_exact=True)

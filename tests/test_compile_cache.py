@@ -136,7 +136,9 @@ def test_programs_loaded_from_the_cache_give_the_same_bits(jax_cache_state, tmp_
   # Per-example clipping, upload noise, the chunk probe (client_chunk -1) and the
   # evaluation: every program of a run, compiled without a cache, compiled into an
   # empty one, and loaded from it.
-  sets = {"rounds": "2", "server.client_chunk": "-1", "progress": "false"}
+  sets = {"rounds": "2", "server.client_chunk": "-1", "progress": "false",
+          "model.name": "logistic", "data.num_clients": "5", "data.samples_per_client": "24",
+          "server.clients_per_round": "3"}
   compile_cache._set_dir(None)  # not even the session's (tests/conftest.py)
   compile_cache._ours = None
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # every program kept

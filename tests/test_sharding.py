@@ -1,4 +1,5 @@
-"""8 forced CPU devices give the metrics of 1 device (sweep axis and client axis sharded).
+"""8 forced CPU devices give the metrics of 1 device (sweep axis and client axis sharded),
+and cohorts streamed from host memory those of resident data.
 
 XLA reads ``--xla_force_host_platform_device_count`` once, when jax starts, so the
 8-device half runs this file as a script in a subprocess.
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from _helpers import HANG_S, small_config
 
+from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, sharding, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,31 +24,63 @@ COLUMNS = ("train_loss", "test_loss", "test_accuracy", "grad_norm", "update_norm
 
 
 def _base(**sets):
-  return small_config({"rounds": "3", "data.num_clients": "5",
+  return small_config({"rounds": "2", "data.num_clients": "5",
                        "data.samples_per_client": "24", "server.clients_per_round": "3",
                        "model.name": "logistic", "progress": "false"}, **sets)
 
 
+# The cohorts of each workload item, which set its mesh with 8 devices.
+COHORTS = {"sweep_cohorts_in_sequence": 6, "sweep_seeds": 8, "run_chunked": 1}
+GRIDS = {"sweep_cohorts_in_sequence": {"privacy.epsilon": [2.0, 8.0], "seed": list(range(6))},
+         "sweep_seeds": {"seed": list(range(8))}}
+
+
+def _run_config():
+  return _base(**{"server.client_chunk": "2", "data.num_clients": "9",
+                  "server.clients_per_round": "9", "privacy.placement": "central",
+                  "client.clip_mode": "update_l2"})
+
+
 def workload() -> dict:
-  """Sweeps and runs whose layouts differ with 8 devices."""
+  """Sweeps and a run whose layouts differ with 8 devices: between them every branch
+  of engine.sweep_step (one cohort; cohorts vmapped over the devices; cohorts one
+  after another on each device) with one lane and with two, client slots padded and
+  split, chunks rounded up to the 'clients' axis, stacked partitions, and per-example
+  clipping with per-client noise and update clipping with central noise."""
   out = {}
-  # 4 points, 2 cohorts (seeds) of 2: mesh (2, 4); 3 client slots padded to 4, split.
-  out["sweep_cohorts"] = sweep.run_sweep(_base(), {"privacy.epsilon": [2.0, 8.0],
-                                                   "seed": [0, 1]})
-  # 8 points of 8 seeds, one lane each (stacked partitions): mesh (8, 1).
-  out["sweep_seeds"] = sweep.run_sweep(_base(rounds="2"), {"seed": list(range(8))})
-  # 16 cohorts of 2 lanes: mesh (8, 1), each device runs its 2 cohorts one after the
-  # other on CPU (engine.sweep_step's cohorts_in_sequence).
-  out["sweep_cohorts_in_sequence"] = sweep.run_sweep(
-      _base(rounds="2"), {"seed": list(range(16)), "client.lr": [0.1, 0.3]})
-  # 2 points, 1 cohort: mesh (1, 8); chunks of 2 clients rounded up to the axis, 8.
-  out["sweep_chunked"] = sweep.run_sweep(
-      _base(**{"server.client_chunk": "2", "data.num_clients": "9",
-               "server.clients_per_round": "9"}), {"client.lr": [0.1, 0.5]})
-  # One run: mesh (1, 8), its clients over all devices; central noise.
-  out["run"] = experiment.run(_base(**{"privacy.placement": "central",
-                                       "client.clip_mode": "update_l2"})).rows
+  # 12 points, 6 cohorts (seeds) of 2 lanes: mesh (2, 4); each device runs its 3
+  # cohorts one after the other on CPU (engine.sweep_step's cohorts_in_sequence), each
+  # cohort's 3 client slots padded to 4 and split; 6 stacked partitions.
+  # 8 points of 8 seeds, one lane each (stacked partitions): mesh (8, 1), the 8
+  # cohorts vmapped, one per device.
+  for name, grid in GRIDS.items():
+    out[name] = sweep.run_sweep(_base(), grid)
+  # The first again with its cohorts streamed from host memory (data.placement='host',
+  # tests/test_streaming.py): gathered on the host, then split over the mesh.
+  out["streamed"] = sweep.run_sweep(config_lib.override(_base(), ["data.placement=host"]),
+                                    GRIDS["sweep_cohorts_in_sequence"])
+  # One run: mesh (1, 8), its 9 clients over all devices in chunks of 2 rounded up to
+  # the axis, 8; central noise.
+  out["run_chunked"] = experiment.run(_run_config()).rows
   return out
+
+
+def _point(row) -> tuple:
+  """(epsilon, seed, round) of a sweep's row (the config's epsilon where not swept)."""
+  return (float(row.get("privacy.epsilon", _base().privacy.epsilon)), int(row["seed"]),
+          int(row["round"]))
+
+
+def _but_wall(rows: list) -> list:
+  return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def reference() -> tuple[dict, list]:
+  """The workload on this process's one device: the two sweeps' points as one sweep
+  (a point's rows do not depend on the sweep it runs in: tests/test_sweep.py), one
+  compiled round fewer, its rows by :func:`_point`; and the run's rows."""
+  rows = sweep.run_sweep(_base(), {"privacy.epsilon": [2.0, 8.0], "seed": list(range(8))})
+  return {_point(r): r for r in rows}, experiment.run(_run_config()).rows
 
 
 def test_eight_devices_match_one(tmp_path):
@@ -63,11 +97,20 @@ def test_eight_devices_match_one(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   eight = json.loads(path.read_text())
   assert eight.pop("num_devices") == 8
-  assert eight.pop("meshes") == [[2, 4], [8, 1], [1, 8], [8, 1]]
-  one = workload()
-  for name, rows in one.items():
-    assert len(rows) == len(eight[name]), name
-    for a, b in zip(rows, eight[name]):
+  assert eight.pop("meshes") == {"sweep_cohorts_in_sequence": [2, 4], "sweep_seeds": [8, 1],
+                                 "run_chunked": [1, 8]}
+  # Streamed cohorts give the resident sweep's rows bit for bit.
+  streamed = eight.pop("streamed")
+  assert _but_wall(streamed) == _but_wall(eight["sweep_cohorts_in_sequence"])
+  by_point, run_rows = reference()
+  assert len(eight) == 3 and len(eight["run_chunked"]) == 2
+  for name, grid in GRIDS.items():  # every point's every round, once
+    points = [_point(r) for r in eight[name]]
+    assert len(set(points)) == len(points) == 2 * int(np.prod([len(v) for v in grid.values()]))
+  for name, rows in eight.items():
+    want = run_rows if name == "run_chunked" else [by_point[_point(r)] for r in rows]
+    assert len(rows) == len(want), name
+    for a, b in zip(want, rows):
       for c in COLUMNS:
         if a[c] in ("", None):
           assert b[c] in ("", None)
@@ -80,5 +123,6 @@ if __name__ == "__main__":
 
   result = workload()
   result["num_devices"] = len(jax.devices())
-  result["meshes"] = [list(sharding.make_mesh(g).devices.shape) for g in (2, 8, 1, 16)]
+  result["meshes"] = {name: list(sharding.make_mesh(g).devices.shape)
+                      for name, g in COHORTS.items()}
   Path(sys.argv[1]).write_text(json.dumps(result))

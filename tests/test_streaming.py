@@ -1,16 +1,10 @@
 """Cohorts streamed from host memory (data.placement='host', fedjax_dp/data/streaming.py):
-bit for bit the device-resident results, memory-mapped federations, errors before
-compute, and the prefetch thread's failures."""
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+bit for bit the device-resident results (on 8 devices: tests/test_sharding.py),
+memory-mapped federations, errors before compute, and the prefetch thread's failures."""
 
 import numpy as np
 import pytest
-from _helpers import HANG_S, small_config, toy_federated
+from _helpers import small_config, toy_federated
 
 from fedjax_dp import config as config_lib
 from fedjax_dp import experiment, sweep
@@ -42,30 +36,24 @@ def _leaves(tree):
   return [np.asarray(v) for v in jax.tree_util.tree_leaves(tree)]
 
 
+# Uniform K of U, all clients at once, one run: test_resume_with_streamed_data_equals_
+# the_uninterrupted_run compares a streamed run with the resident one.
 @pytest.mark.parametrize("sets", [
-    {},                                                          # uniform K of U
     {"server.selection": "poisson", "server.q": "0.4"},          # padded, masked slots
     {"server.client_chunk": "2", "client.local_steps": "2", "client.batch_size": "5"},
 ])
-def test_streamed_equals_resident_bit_for_bit(tmp_path, sets):
-  resident = _run(tmp_path, "device", **sets)
-  streamed = _run(tmp_path, "host", **sets, **{"data.placement": "host"})
-  _same(streamed, resident)
-
-
-def test_a_seed_sweep_streams_each_cohort_from_its_own_partition(tmp_path):
-  # Two seeds: two partitions (data_id 0, 1) and two cohorts per round in one call.
-  cfg = small_config(SMALL, rounds=3)
-  grid = {"seed": [0, 1]}
-  dev = sweep.run_sweep(cfg, grid, str(tmp_path / "dev"))
-  host = sweep.run_sweep(config_lib.override(cfg, ["data.placement=host"]), grid,
-                         str(tmp_path / "host"))
-  strip = [[{k: v for k, v in r.items() if k != "wall_s"} for r in rows] for rows in (host, dev)]
-  assert strip[0] == strip[1] and len(strip[0]) == 6
-  models = [sorted((tmp_path / d / "points").glob("*/model.msgpack")) for d in ("host", "dev")]
-  assert len(models[0]) == 2
-  for a, b in zip(*models):
-    assert a.read_bytes() == b.read_bytes()
+def test_streamed_equals_resident_bit_for_bit(sets):
+  """A seed sweep's runs (batched as the sweep batches them, without its files): two
+  partitions (data_id 0, 1) and two cohorts per round in one call, each streamed from
+  its own partition."""
+  points = sweep.expand(small_config(SMALL, **sets), {"seed": [0, 1]})
+  dev, host = (experiment.run_batched(
+      [config_lib.override(p.config, [f"data.placement={placement}"]) for p in points],
+      [None] * len(points)) for placement in ("device", "host"))
+  assert len(host) == 2 and all(len(r.rows) == 4 for r in host)
+  for a, b in zip(host, dev):
+    _same(a, b)
+  assert host[0].rows[-1]["test_loss"] != host[1].rows[-1]["test_loss"]  # two runs
 
 
 def test_resume_with_streamed_data_equals_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -227,37 +215,3 @@ def test_host_and_device_runs_never_share_a_group(tmp_path):
   assert isinstance(b.data.x, np.ndarray) and not isinstance(a.data.x, np.ndarray)
   assert not building.same_program(a, b)
   assert groups.cohort_key(a.config) != groups.cohort_key(b.config)
-
-
-def _four_device_sweep() -> dict:
-  """(Run in a subprocess with 4 CPU devices.) A sweep of 2 seeds x 2 learning rates:
-  mesh (2, 2), cohorts over 'sweep', each cohort's 5 slots padded to 6 and split over
-  'clients'; resident, then streamed."""
-  cfg = small_config(SMALL, rounds=2, **{"model.name": "logistic"})
-  grid = {"seed": [0, 1], "client.lr": [0.1, 0.3]}
-  out = {}
-  for placement in ("device", "host"):
-    rows = sweep.run_sweep(config_lib.override(cfg, [f"data.placement={placement}"]), grid)
-    out[placement] = [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
-  return out
-
-
-def test_streamed_equals_resident_on_four_devices(tmp_path):
-  path = tmp_path / "four.json"
-  flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
-  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu",
-             PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                         os.environ.get("PYTHONPATH", "")]))
-  proc = subprocess.run([sys.executable, __file__, str(path)], env=env, capture_output=True,
-                        text=True, timeout=HANG_S, check=False)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  got = json.loads(path.read_text())
-  assert got["devices"] == 4 and len(got["device"]) == 8
-  assert got["host"] == got["device"]
-
-
-if __name__ == "__main__":
-  import jax
-  result = _four_device_sweep()
-  result["devices"] = len(jax.devices())
-  Path(sys.argv[1]).write_text(json.dumps(result, default=float))
