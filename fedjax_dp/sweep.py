@@ -124,13 +124,6 @@ def parse_grid(args: Sequence[str]) -> dict[str, list[str]]:
   return grid
 
 
-def _get(cfg, key: str) -> Any:
-  node = cfg
-  for part in key.split("."):
-    node = node[part]
-  return node
-
-
 def _label(value: Any) -> str:
   text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
   return re.sub(r"[^A-Za-z0-9.+=_-]", "_", text)
@@ -165,7 +158,7 @@ def expand(cfg, grid: Mapping[str, Sequence[Any]], sets: Sequence[str] = (), *,
   points = []
   for index, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
     point_cfg = config_lib.override(base, [f"{k}={config_lib.as_set_text(v)}" for k, v in zip(keys, combo)])
-    values = {k: _get(point_cfg, k) for k in keys}
+    values = {k: config_lib.get_field(point_cfg, k) for k in keys}
     name = f"{index:03d}" + "".join(f"-{lab}={_label(values[k])}"
                                      for lab, k in zip(labels, keys))
     point_cfg.name = f"{base.name}/{name}"
@@ -190,7 +183,7 @@ def _check_distinct(base, key: str, raw: Sequence[Any]) -> None:
   """Refuses a grid that gives one value twice (``seed=0,0``: two identical runs)."""
   seen: list[Any] = []
   for v in raw:
-    value = _get(config_lib.override(base, [f"{key}={config_lib.as_set_text(v)}"]), key)
+    value = config_lib.get_field(config_lib.override(base, [f"{key}={config_lib.as_set_text(v)}"]), key)
     if value in seen:
       raise config_lib.ConfigError(f"--grid {key}: value {config_lib.as_set_text(v)} is given twice")
     seen.append(value)
@@ -214,7 +207,7 @@ def _coerce(value: Any) -> Any:
 
 def _sweep_rows(point: Point, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   # ``seed`` is a column whether or not it is a grid axis (the point's own seed).
-  head = {"point": point.name, **point.values, "seed": _get(point.config, "seed")}
+  head = {"point": point.name, **point.values, "seed": config_lib.get_field(point.config, "seed")}
   return [{**head, **{c: _coerce(r.get(c)) for c in SWEEP_COLUMNS}} for r in rows]
 
 

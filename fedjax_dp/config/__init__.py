@@ -903,7 +903,8 @@ READERS = (
 )
 
 
-def _value(cfg: ConfigDict, key: str) -> Any:
+def get_field(cfg: ConfigDict, key: str) -> Any:
+  """The value of a dotted field, ``get_field(cfg, "server.lr")``."""
   node = cfg
   for part in key.split("."):
     node = node[part]
@@ -930,15 +931,15 @@ def unread_fields(cfg: ConfigDict, as_given: ConfigDict | None = None) -> list[s
   out = []
   for r in READERS:
     reads = r.reads(importlib.import_module(r.module))
-    chosen, given = _value(cfg, r.chooser), _value(as_given, r.chooser)
+    chosen, given = get_field(cfg, r.chooser), get_field(as_given, r.chooser)
     if chosen not in reads:
       continue  # an unknown name: the field rules say so
     for field in dict.fromkeys(f for fields in reads.values() for f in fields):
       if field in reads[chosen]:
         continue
-      value, before = _value(cfg, field), _value(as_given, field)
+      value, before = get_field(cfg, field), get_field(as_given, field)
       changed = value != before
-      if not (changed or (value != _value(defaults, field)
+      if not (changed or (value != get_field(defaults, field)
                           and field not in reads.get(given, ()))):
         continue
       readers = [n for n, fields in reads.items() if field in fields]

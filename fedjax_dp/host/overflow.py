@@ -21,7 +21,7 @@ one :class:`fedjax_dp.config.ConfigError` line.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -140,13 +140,6 @@ def _reset(cfg, field: str):
   return out
 
 
-def _value(cfg, field: str) -> Any:
-  node = cfg
-  for part in field.split("."):
-    node = node[part]
-  return node
-
-
 def check(cfg, plan: PrivacyPlan, counts: np.ndarray, num_params: int | None) -> None:
   """Refuses a config whose derived values (:data:`DERIVED`) a float32 round cannot hold.
 
@@ -166,7 +159,7 @@ def check(cfg, plan: PrivacyPlan, counts: np.ndarray, num_params: int | None) ->
   derived, x = found
   culprit, untried = None, []
   for field in derived.fields:
-    if _value(cfg, field) == _value(config_lib.base_config(), field):
+    if config_lib.get_field(cfg, field) == config_lib.get_field(config_lib.base_config(), field):
       continue
     other = _reset(cfg, field)
     try:  # (a default may divide by zero: the plan says so by an inf, judged below)
@@ -181,8 +174,8 @@ def check(cfg, plan: PrivacyPlan, counts: np.ndarray, num_params: int | None) ->
       break
   if culprit is None:  # a field whose reset could not be judged, else the first one set
     culprit = next(iter(untried), None) or next(
-        (f for f in derived.fields if _value(cfg, f) != _value(config_lib.base_config(), f)),
+        (f for f in derived.fields if config_lib.get_field(cfg, f) != config_lib.get_field(config_lib.base_config(), f)),
         derived.fields[0])
   raise config_lib.ConfigError(
-      f"{culprit}={_value(cfg, culprit)!r}: {derived.what} would be {x:.3g}, which the "
+      f"{culprit}={config_lib.get_field(cfg, culprit)!r}: {derived.what} would be {x:.3g}, which the "
       f"float32 round cannot hold (largest {F32_MAX:.3g}); choose another {culprit}")
