@@ -310,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "--whole-run also late_noise_div10, band_state_dropped")
   p.add_argument("--whole-run", action="store_true",
                  help="audit the whole run: every trial runs all its rounds and the "
-                 "adversary sees every round's release (central placement)")
+                 "adversary sees every round's release (the global model, central "
+                 "placement; the target's upload, upload and step placement)")
   p.add_argument("--noise-scale", default=None, help="run with this noise scale instead")
   p.add_argument("--claimed-sensitivity", default=None,
                  help="certify with this sensitivity instead of the plan's")

@@ -32,6 +32,7 @@ from pathlib import Path
 from fedjax_dp import config as config_lib
 from fedjax_dp.audit import mechanisms as mechanisms_lib
 from fedjax_dp.audit.audit import AuditOptions, audit
+from fedjax_dp.audit.whole_run import RUN_VARIANTS, audit_run, dropped_round
 from fedjax_dp.privacy import clip_modes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,13 +55,51 @@ L1_GEOMETRY_SETS = {"data.name": "lending_club", "model.name": "linear_regressio
                     "data.partition": "iid", "data.samples_per_client": 80}
 
 
-def audit_sets(m: dict[str, str]) -> dict[str, object]:
+# The whole run's budget (epsilon 3 over 4 rounds) cannot pay for A-DPFL's validation
+# score at its default noise multiplier 1 (round 1 alone certifies 3.9, so the run
+# refuses to start): the clients' validation release gets 5.
+WHOLE_RUN_COMPANIONS = {("schedule.validation", "clients"): {"schedule.val_noise_multiplier": 5.0}}
+
+
+def audit_sets(m: dict[str, str], whole_run: bool = False) -> dict[str, object]:
   """Settings of the audited config beyond the mechanism's own (:data:`L1_GEOMETRY_SETS`
-  for Laplace on an L2-clipped upload: the clip mode's ``canary.l1_geometry``)."""
+  for Laplace on an L2-clipped upload: the clip mode's ``canary.l1_geometry``; in the
+  whole-run table, :data:`WHOLE_RUN_COMPANIONS`)."""
+  out = {}
   if m["privacy.mechanism"] == "laplace" and \
       clip_modes.get(m["client.clip_mode"]).canary.l1_geometry:
-    return dict(L1_GEOMETRY_SETS)
-  return {}
+    out.update(L1_GEOMETRY_SETS)
+  if whole_run:
+    for key, sets in WHOLE_RUN_COMPANIONS.items():
+      if m.get(key[0]) == key[1]:
+        out.update(sets)
+  return out
+
+
+# The whole-run table (``--whole-run``): four rounds at epsilon 3 for the run, so a
+# broken run's separated trials pass the certificate at 1000 trials (a perfect attack
+# reaches about 4.4 there; the per-round base's epsilon 8 could not be exceeded).
+WHOLE_RUN_SETS = ("rounds=4", "privacy.epsilon=3.0")
+# Not a privacy fault (fedjax_dp.audit.whole_run): a correct audit must not flag it.
+NOT_A_FAULT = ("band_state_dropped",)
+
+
+def run_variants(base, m: dict[str, str]) -> tuple[str, ...]:
+  """The whole-run variants of mechanism ``m``: correct, noise/10, clipping off, a
+  late-round fault (every mechanism: for correlated noise the later rows of its
+  decoder), and where the mechanism carries a noise state, that state dropped."""
+  from fedjax_dp import experiment  # (builds the mechanism: only for this question)
+  sets = {**mechanisms_lib.settings(m), **audit_sets(m, whole_run=True)}
+  cfg = config_lib.override(base, [f"{k}={v}" for k, v in sets.items()])
+  out = ("none", "noise_div10", "no_clip", "late_noise_div10")
+  if m["privacy.mechanism"] in ("bandmf",):
+    try:
+      dropped_round(experiment.build(cfg))
+      out += NOT_A_FAULT
+    except ValueError:
+      pass
+  assert set(out) <= set(RUN_VARIANTS)
+  return out
 
 
 CORE = ("client.clip_mode", "privacy.placement", "privacy.mechanism", "client.minibatch",
@@ -94,28 +133,34 @@ _CODE_COMMIT = [""]
 
 def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: int,
                     certify_run: bool = True, variants: tuple[str, ...] = VARIANTS, *,
-                    name: str | None = None, client_optimizer=None) -> list[dict]:
+                    name: str | None = None, client_optimizer=None,
+                    whole_run: bool = False) -> list[dict]:
   """The rows of one mechanism: each variant, escalated until caught (broken ones).
 
   ``name``: the mechanism's label (default :func:`mechanism_name`);
   ``client_optimizer``: a client optimizer given from Python
   (:func:`fedjax_dp.audit.audit`'s). A mechanism the plan refuses is audited with
   broken variants only (``sgd_step_weights``: the certificate is the one SGD's plan
-  claims)."""
-  sets = {**mechanisms_lib.settings(m), **audit_sets(m)}
+  claims). ``whole_run``: each variant by :func:`fedjax_dp.audit.audit_run` (every
+  trial a whole run; certified: the run's epsilon after its T rounds); a variant in
+  :data:`NOT_A_FAULT` is never escalated and reads "flagged" / "not flagged"."""
+  sets = {**mechanisms_lib.settings(m), **audit_sets(m, whole_run)}
   cfg = config_lib.override(base, [f"{k}={v}" for k, v in sets.items()])
   rows, certified = [], None
   for variant in variants:
     n = trials
     while True:
       t0 = time.time()
-      r = audit(cfg, AuditOptions(trials=n, seed=seed, variant=variant,
-                                  certify_run=certify_run and variant == "none"),
-                client_optimizer=client_optimizer)
+      if whole_run:
+        r = audit_run(cfg, AuditOptions(trials=n, seed=seed, variant=variant))
+      else:
+        r = audit(cfg, AuditOptions(trials=n, seed=seed, variant=variant,
+                                    certify_run=certify_run and variant == "none"),
+                  client_optimizer=client_optimizer)
       seconds = time.time() - t0
       certified = r.epsilon_certified if certified is None else certified
       caught = r.epsilon_lower > certified
-      if variant == "none" or caught or n >= trials * escalate:
+      if variant in ("none", *NOT_A_FAULT) or caught or n >= trials * escalate:
         break
       n *= escalate
     rows.append({"mechanism": name or mechanism_name(m), "variant": variant,
@@ -123,7 +168,9 @@ def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: i
                  "epsilon_gdp": round(r.epsilon_gdp, 4),
                  "epsilon_certified": round(certified, 4),
                  "epsilon_certified_run": round(r.epsilon_certified_run, 4),
-                 "caught": "" if variant == "none" else ("yes" if caught else "no"),
+                 "caught": "" if variant == "none" else (
+                     ("flagged" if caught else "not flagged") if variant in NOT_A_FAULT
+                     else ("yes" if caught else "no")),
                  "trials": n, "seconds": round(seconds, 1), "relation": r.relation,
                  "level": r.level, "settings": json.dumps(sets, sort_keys=True),
                  "git_commit": _CODE_COMMIT[0][:12]})
@@ -133,13 +180,14 @@ def audit_mechanism(base, m: dict[str, str], trials: int, escalate: int, seed: i
   return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], whole_run: bool = False) -> str:
   """The rows as one markdown table (bold: a broken variant caught)."""
-  header = ("| mechanism | variant | lower bound (CP) | certified (round 1) | caught | "
-            "trials | seconds |")
+  header = (f"| mechanism | variant | lower bound (CP) | certified "
+            f"({'T rounds' if whole_run else 'round 1'}) | caught | trials | seconds |")
   lines = [header, "|---|---|---|---|---|---|---|"]
   for r in rows:
-    caught = {"yes": "**yes**", "no": "no", "": "--"}[r["caught"]]
+    caught = {"yes": "**yes**", "no": "no", "": "--", "flagged": "flagged (wrongly)",
+              "not flagged": "not flagged (no fault)"}[r["caught"]]
     lines.append(f"| `{r['mechanism']}` | {r['variant']} | {r['epsilon_lower']:.3f} | "
                  f"{r['epsilon_certified']:.3f} | {caught} | {r['trials']} | "
                  f"{r['seconds']:.0f} |")
@@ -174,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--only", default="", help="audit the mechanisms whose name contains one of these (comma separated)")
   p.add_argument("--shard", default="0/1", metavar="I/N",
                  help="audit every N-th mechanism from the I-th (the files get a suffix)")
+  p.add_argument("--whole-run", action="store_true",
+                 help="audit whole runs (fedjax_dp.audit.audit_run; base: "
+                 + ", ".join(WHOLE_RUN_SETS) + "): audit_table_whole_run.{csv,md}")
   p.add_argument("--merge", type=int, default=0, metavar="N",
                  help="only merge the N shards' CSV files into the table")
   p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
@@ -181,11 +232,13 @@ def main(argv: list[str] | None = None) -> int:
   args = p.parse_args(argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
+  stem = "audit_table_whole_run" if args.whole_run else "audit_table"
   if args.merge:
-    return merge(out, args.merge)
+    return merge(out, args.merge, stem, args.whole_run)
   index, count = (int(v) for v in args.shard.split("/"))
   _CODE_COMMIT[0] = _git_commit()
-  base = config_lib.override(config_lib.load_config(args.config), [*BASE_SETS, *args.set])
+  base_sets = [*BASE_SETS, *(WHOLE_RUN_SETS if args.whole_run else ()), *args.set]
+  base = config_lib.override(config_lib.load_config(args.config), base_sets)
   all_mechanisms = list(mechanisms_lib.enumerate_mechanisms(base))
   chosen = mechanisms_lib.covering(all_mechanisms, CORE)
   only = args.only.split(",")
@@ -195,21 +248,22 @@ def main(argv: list[str] | None = None) -> int:
         flush=True)
   t0 = time.time()
   rows = [row for m in chosen for row in audit_mechanism(
-      base, m, args.trials, args.escalate, args.seed, not args.no_run_certificate)]
+      base, m, args.trials, args.escalate, args.seed, not args.no_run_certificate,
+      run_variants(base, m) if args.whole_run else VARIANTS, whole_run=args.whole_run)]
   suffix = f".{index}" if count > 1 else ""
-  _write_csv(out / f"audit_table.csv{suffix}", rows)
+  _write_csv(out / f"{stem}.csv{suffix}", rows)
   meta = {"command": "python -m fedjax_dp.audit.table " + " ".join(
               sys.argv[1:] if argv is None else argv),
           "git_commit": _git_commit(), "base_config": args.config,
-          "base_sets": [*BASE_SETS, *args.set], "accepted_mechanisms": len(all_mechanisms),
+          "base_sets": base_sets, "accepted_mechanisms": len(all_mechanisms),
           "audited_mechanisms": len(chosen), "core_axes": list(CORE),
           "trials": args.trials, "escalate": args.escalate, "seed": args.seed,
           "load_average": os.getloadavg(), "cpus": os.cpu_count(),
           "machine": platform.platform(), "wall_s": round(time.time() - t0, 1)}
-  (out / f"audit_table_meta.json{suffix}").write_text(json.dumps(meta, indent=2) + "\n")
+  (out / f"{stem}_meta.json{suffix}").write_text(json.dumps(meta, indent=2) + "\n")
   if count == 1:
-    (out / "audit_table.md").write_text(markdown(rows))
-  print(f"wrote {out}/audit_table.csv{suffix}; "
+    (out / f"{stem}.md").write_text(markdown(rows, args.whole_run))
+  print(f"wrote {out}/{stem}.csv{suffix}; "
         f"{sum(r['caught'] == 'no' for r in rows)} broken variants not caught", flush=True)
   return 0
 
@@ -221,29 +275,31 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     w.writerows(rows)
 
 
-def merge(out: Path, count: int) -> int:
-  """Joins the shards ``audit_table.csv.<i>`` (in the covering's order) into
-  ``audit_table.csv`` and ``.md``, and their meta files into one."""
-  shards = [list(csv.DictReader((out / f"audit_table.csv.{i}").read_text().splitlines()))
+def merge(out: Path, count: int, stem: str = "audit_table", whole_run: bool = False) -> int:
+  """Joins the shards ``<stem>.csv.<i>`` (in the covering's order) into
+  ``<stem>.csv`` and ``.md``, and their meta files into one."""
+  shards = [list(csv.DictReader((out / f"{stem}.csv.{i}").read_text().splitlines()))
             for i in range(count)]
   rows, i = [], 0
-  while any(shards):  # round robin over the shards, one mechanism (3 rows) at a time
+  while any(shards):  # round robin over the shards, one mechanism's rows at a time
     shard = shards[i % count]
-    rows.extend(shard[:len(VARIANTS)])
-    del shard[:len(VARIANTS)]
+    n = 1 + next((j for j, r in enumerate(shard[1:]) if r["mechanism"] != shard[0]["mechanism"]),
+                 len(shard) - 1) if shard else 0
+    rows.extend(shard[:n])
+    del shard[:n]
     i += 1
   for r in rows:
     for k in ("epsilon_lower", "epsilon_certified", "seconds"):
       r[k] = float(r[k])
-  _write_csv(out / "audit_table.csv", rows)
-  (out / "audit_table.md").write_text(markdown(rows))
-  metas = [json.loads((out / f"audit_table_meta.json.{i}").read_text()) for i in range(count)]
+  _write_csv(out / f"{stem}.csv", rows)
+  (out / f"{stem}.md").write_text(markdown(rows, whole_run))
+  metas = [json.loads((out / f"{stem}_meta.json.{i}").read_text()) for i in range(count)]
   meta = {**metas[0], "shards": metas, "audited_mechanisms": sum(
       m["audited_mechanisms"] for m in metas), "wall_s": max(m["wall_s"] for m in metas)}
-  (out / "audit_table_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+  (out / f"{stem}_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
   for i in range(count):
-    (out / f"audit_table.csv.{i}").unlink()
-    (out / f"audit_table_meta.json.{i}").unlink()
+    (out / f"{stem}.csv.{i}").unlink()
+    (out / f"{stem}_meta.json.{i}").unlink()
   print(f"merged {count} shards: {len(rows)} rows", flush=True)
   return 0
 

@@ -74,6 +74,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.audit import estimators
+from fedjax_dp.audit import run_host
+from fedjax_dp.audit.run_host import late_start
 from fedjax_dp.privacy import correlated
 from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import client as client_lib
@@ -83,6 +85,9 @@ from fedjax_dp.training import rounds as rounds_lib
 _audit = importlib.import_module("fedjax_dp.audit.audit")
 
 RUN_VARIANTS = ("none", "noise_div10", "no_clip", "late_noise_div10", "band_state_dropped")
+LOCAL = ("upload", "step")  # placements whose release is each client's noisy upload
+__all__ = ["RUN_VARIANTS", "audit_run", "dropped_round", "late_start", "noise_covariance",
+           "whitened_scores"]
 
 
 def dropped_round(setup) -> int:
@@ -105,142 +110,142 @@ def dropped_round(setup) -> int:
   return len(s.coefs)
 
 
-def late_start(rounds: int) -> int:
-  """The first (0-based) round ``late_noise_div10`` weakens: ``floor(T / 2)``."""
-  return max(1, int(rounds) // 2)
-
-
 def _check(cfg, setup, options) -> None:
   privacy = setup.privacy
   if options.variant not in RUN_VARIANTS:
     raise ValueError(f"audit.variant: unknown {options.variant!r} for the whole-run "
                      f"audit; known: {RUN_VARIANTS}")
-  if privacy.placement != "central":
-    raise ValueError("the whole-run audit needs privacy.placement='central' (every "
-                     f"round's global model is the release), got {privacy.placement!r}")
-  if privacy.noiseless:
+  if privacy.placement == "none" or privacy.noiseless:
     raise ValueError("the run adds no noise: nothing to audit")
-  if privacy.clip_rule != "fixed" or privacy.validation == "clients":
-    raise ValueError("the whole-run audit needs server.clip_rule='fixed' and no "
-                     "schedule.validation='clients' release")
-  if not get_schedule(cfg.schedule.name).open_loop(dict(cfg.schedule)):
-    raise ValueError(f"schedule.name={cfg.schedule.name!r} reads the metrics: every "
-                     "trial would plan other noise; the whole-run audit needs an "
-                     "open-loop schedule")
+  if privacy.uncertifiable:
+    raise ValueError("server.clip_rule='median' has certified epsilon inf (no sensitivity "
+                     "bound): there is no certificate to audit")
+  if (privacy.validation != "clients"
+      and not get_schedule(cfg.schedule.name).open_loop(dict(cfg.schedule))):
+    raise ValueError(f"schedule.name={cfg.schedule.name!r} reads the test metrics, which "
+                     "the whole-run audit does not compute: it needs an open-loop schedule "
+                     "or schedule.validation='clients'")
   for name in ("noise_scale", "claimed_sensitivity", "aggregation", "cohort"):
     if getattr(options, name) is not None:
       raise ValueError(f"audit.{name} is a per-round option (fedjax_dp.audit.audit)")
 
 
-def _planned_rounds(cfg, setup):
-  """``([T] RoundArgs of the run, certified epsilon after T rounds)`` from the run's
-  own host loop, its schedule observing zero metrics (an open-loop schedule ignores
-  them)."""
-  from fedjax_dp import experiment
-
-  loop = experiment.RunLoop(cfg, setup)
-  planned = []
-  while (args := loop.plan_round()) is not None:
-    planned.append(args)
-    zero = {"train_loss": 0.0, "grad_norm": 0.0, "update_norm": 0.0, "num_selected": 1}
-    loop.record(zero, (0.0, 0.0), 0.0)
-  if not planned:
-    raise ValueError("the run plans no round: nothing to audit")
-  return planned, float(loop.rows[-1]["epsilon_certified"])
+def _clean_config(ccfg: client_lib.ClientConfig, n_max: int) -> client_lib.ClientConfig:
+  """The adversary's noiseless client: Poisson minibatches take every example, so the
+  canary's direction does not hang on one draw (the per-round audit's rule)."""
+  quiet = dataclasses.replace(ccfg, noise_placement="none")
+  if ccfg.minibatch == "poisson":
+    quiet = dataclasses.replace(quiet, batch_size=int(n_max))
+  return quiet
 
 
-def _target_direction(setup, params, pair, target, lr, clip) -> jax.Array:
-  """Unit ``v``: the target's in-minus-out noiseless update on the coordinates that no
-  other client's update moves (the canary's feature rows)."""
-  clean = _audit._clean_fn(setup.model, setup.round_cfg.client)  # pylint: disable=protected-access
-  flat = _audit._flat(params)  # pylint: disable=protected-access
-  tid = jnp.int32(target)
-  count = jnp.float32(pair.counts[0, target])
-  v = clean(params, pair, 1, tid, lr, clip, count) - clean(params, pair, 0, tid, lr, clip,
-                                                             count)
-  moved = jnp.zeros(flat.shape, bool)
-  for i in range(int(pair.counts.shape[1])):
-    if i != int(target) and int(pair.counts[0, i]) > 0:
-      c = clean(params, pair, 0, jnp.int32(i), lr, clip, jnp.float32(pair.counts[0, i]))
-      moved = moved | (c != flat)
-  v = jnp.where(moved, 0.0, v)
-  norm = float(jnp.linalg.norm(v))
-  if not norm > 0:
-    raise ValueError("the canary moves no coordinate that the other clients leave alone: "
-                     "nothing to audit (the data has no unused input feature)")
-  return v / norm
+def _client(model, ccfg):
+  """``fn(w, pair, a, noise, target) -> [P]``: client ``target``'s upload in round ``a``
+  on dataset ``a.data_id`` with its noise, keyed as the engine keys it in that round
+  (``client_keys(seed, round, id, stream)``)."""
+  def fn(w, pair, a, noise, target):
+    d = jax.tree_util.tree_map(lambda x: x[a.data_id, target], pair)
+    key = engine.client_keys(a.seed, a.round, jnp.reshape(target, (1,)), a.stream)[0]
+    hp = client_lib.ClientHParams(lr=a.lr, clip=a.clip, step_noise=noise,
+                                  upload_noise=noise, count=d.mask.sum())
+    return _audit._flat(client_lib.client_update(model, ccfg, w, d.x, d.y, d.mask, key,  # pylint: disable=protected-access
+                                                 hp).params)
+  return fn
 
 
 @functools.lru_cache(maxsize=8)
-def _run_fn(model, rcfg, target: int, drop_at: int = -1):
-  """Jitted ``fn(params, pair, args [L, T], mask) -> [L, T, T]``: each lane's T rounds
-  and the projections ``X_ab = <w_a - w_{a-1}, m_b>`` of every round's model increment
-  on every round's ``m_b``: the difference of the target's noiseless ``in`` and ``out``
-  updates AT THE MODEL ROUND b STARTS FROM (the adversary sees it: it is the previous
-  release), on the coordinates ``mask`` that no other client moves. A canary's
-  gradient changes as the model learns it, so a direction fixed at the initial model
-  would lose it after a round or two; the cross terms ``a != b`` are what a
-  whitening by correlated noise reads (:func:`whitened_scores`). ``drop_at >= 0``
+def _round_fn(model, rcfg, target: int, n_max: int, drop_at: int = -1):
+  """Jitted ``fn(state [L], pair, args [L], cols, gain, val_std [L])``: one round of
+  every lane, returning ``(state, x [L, M], m [L, M], seen [L], metrics, val [L])``.
+
+  ``m`` is the target's noiseless ``in`` minus ``out`` upload at the model the round
+  starts from (the previous release, which the adversary sees) on the coordinates
+  ``cols`` that no other client moves; ``x`` the release about the midpoint of the
+  two: central placement, the new global model's increment minus ``gain`` times the
+  midpoint's (the target's aggregation weight and the server's step); upload and step
+  placement, the target's own noisy upload (keyed as the engine keys it) minus the
+  midpoint. ``seen``: the target is in the lane's cohort. ``val`` is the round's
+  released validation score (std ``val_std``). ``drop_at >= 0``
   (``band_state_dropped``): the carried noise state is zeroed before that round."""
-  quiet = dataclasses.replace(rcfg.client, noise_placement="none")
-  tid = jnp.asarray([target])
+  clean = functools.partial(_client(model, _clean_config(rcfg.client, n_max)),
+                            target=jnp.int32(target))
+  upload = functools.partial(_client(model, rcfg.client), target=jnp.int32(target))
+  local = rcfg.client.noise_placement in LOCAL
 
-  def clean(w, pair, bit, a):
-    d = jax.tree_util.tree_map(lambda x: x[bit, target], pair)
-    key = engine.client_keys(jnp.uint32(0), jnp.int32(0), tid)[0]
+  def lane(state, pair, a, cols, gain, val_std):
+    if drop_at >= 0:  # the fault: BandMF's w_{t-1} .. w_{t-b+1} lost at round b + 1
+      state = state._replace(noise=jax.tree_util.tree_map(
+          lambda x: jnp.where(a.round == drop_at, jnp.zeros_like(x), x), state.noise))
+    w = rounds_lib.model_params(state)
+    prev = _audit._flat(w)  # pylint: disable=protected-access
     zero = jnp.zeros((), jnp.float32)
-    hp = client_lib.ClientHParams(lr=a.lr, clip=a.clip, step_noise=zero, upload_noise=zero,
-                                  count=d.mask.sum())
-    return _audit._flat(client_lib.client_update(model, quiet, w, d.x, d.y, d.mask, key,  # pylint: disable=protected-access
-                                                 hp).params)
-
-  def lane(params, pair, args, mask, gain):
-    def body(carry, a):
-      state, prev = carry
-      if drop_at >= 0:  # the fault: BandMF's w_{t-1} .. w_{t-b+1} lost at round b + 1
-        state = state._replace(noise=jax.tree_util.tree_map(
-            lambda x: jnp.where(a.round == drop_at, jnp.zeros_like(x), x), state.noise))
-      c_in, c_out = clean(rounds_lib.model_params(state), pair, 1, a), clean(
-          rounds_lib.model_params(state), pair, 0, a)
-      diff = jnp.where(mask, c_in - c_out, 0.0)
-      # The increment about the midpoint of the target's two noiseless contributions:
-      # what is left is the +-half difference and the noise (the midpoint moves with
-      # the model, so with the earlier rounds' noise).
-      mid = jnp.where(mask, 0.5 * (c_in + c_out) - prev, 0.0)
-      new, _ = engine.round_step(model, rcfg, state, pair, a)
-      w = _audit._flat(rounds_lib.model_params(new))  # pylint: disable=protected-access
-      return (new, w), (jnp.where(mask, w - prev, 0.0) - gain * mid, diff)
-    start = (rounds_lib.carried_params(rcfg, params), _audit._flat(params))  # pylint: disable=protected-access
-    _, (inc, m) = jax.lax.scan(body, start, args)
-    return inc @ m.T, jnp.linalg.norm(m, axis=1)
-  return jax.jit(jax.vmap(lane, in_axes=(None, None, 0, None, None)))
+    c_in = clean(w, pair, a._replace(data_id=jnp.int32(1)), zero)
+    c_out = clean(w, pair, a._replace(data_id=jnp.int32(0)), zero)
+    mid = 0.5 * (c_in + c_out)
+    on = (a.idx == target) & (a.sel_mask > 0)
+    new, metrics = engine.round_step(model, rcfg, state, pair, a)
+    if local:
+      x = upload(w, pair, a, a.noise[jnp.argmax(on)]) - mid
+    else:
+      x = _audit._flat(rounds_lib.model_params(new)) - prev - gain * (mid - prev)  # pylint: disable=protected-access
+    val = engine.selected_accuracy(model, rounds_lib.model_params(new), pair, a, val_std)[0]
+    return new, x[cols], (c_in - c_out)[cols], jnp.any(on), metrics._asdict(), val
+  return jax.jit(jax.vmap(lane, in_axes=(0, None, 0, None, None, 0)))
 
 
-def _gain(setup, params, pair, args, target: int, mask) -> float:
+def _columns(setup, params, pair, target: int, a) -> np.ndarray:
+  """The coordinates the canary moves and no other client's update does (at the
+  initial model): there a release moves by the target's own contribution and the
+  noise, whatever the other clients (or a hidden cohort) did."""
+  n_max = int(pair.x.shape[2])
+  clean = jax.jit(_client(setup.model, _clean_config(setup.round_cfg.client, n_max)))
+  zero = jnp.zeros((), jnp.float32)
+  one, out = a._replace(data_id=np.int32(1)), a._replace(data_id=np.int32(0))
+  v = np.asarray(clean(params, pair, one, zero, np.int32(target))
+                 - clean(params, pair, out, zero, np.int32(target)))
+  flat = np.asarray(_audit._flat(params))  # pylint: disable=protected-access
+  moved = np.zeros(flat.shape, bool)
+  for i in range(int(pair.counts.shape[1])):
+    if i != int(target) and int(pair.counts[0, i]) > 0:
+      moved |= np.asarray(clean(params, pair, out, zero, np.int32(i))) != flat
+  cols = np.flatnonzero((v != 0) & ~moved)
+  if cols.size == 0:
+    raise ValueError("the canary moves no coordinate that the other clients leave alone: "
+                     "nothing to audit (the data has no unused input feature)")
+  return cols
+
+
+def _gain(setup, params, pair, a, target: int, cols: np.ndarray) -> float:
   """The factor ``gamma`` by which the target's own update moves the global model on
   the canary's coordinates (its aggregation weight times the server's step): from
-  one noiseless round of a trial whose cohort holds the target, in and out
+  one noiseless round of a lane whose cohort holds the target, in and out
   (``gamma = <w_in - w_out, u_in - u_out> / ||u_in - u_out||^2``, ``u`` the target's
-  updates). Public: the aggregation rule and the server step are the mechanism's."""
-  sel = np.asarray(args.sel_mask[:, 0]) > 0
-  has = np.flatnonzero(np.any((np.asarray(args.idx[:, 0]) == target) & sel, axis=1))
+  updates). Public: the aggregation rule and the server step are the mechanism's.
+  Upload and step placement release the target's upload itself: 1."""
+  rcfg = setup.round_cfg
+  if rcfg.client.noise_placement in LOCAL:
+    return 1.0
+  has = np.flatnonzero(np.any((np.asarray(a.idx) == target) & (np.asarray(a.sel_mask) > 0),
+                              axis=1))
   if has.size == 0:
     raise ValueError("no trial's first round selects the canary's client: nothing to audit")
-  one = jax.tree_util.tree_map(lambda x: np.asarray(x)[has[0], 0], args)
-  one = one._replace(central_noise=np.float32(0.0))
-  rcfg = setup.round_cfg
+  one = jax.tree_util.tree_map(lambda x: None if x is None else np.asarray(x)[has[0]], a)
+  one = one._replace(central_noise=np.float32(0.0), count_noise=(
+      None if one.count_noise is None else np.float32(0.0)))
+  n_max = int(pair.x.shape[2])
+  clean = _client(setup.model, _clean_config(rcfg.client, n_max))
 
   @jax.jit
   def moved(bit):
+    b = one._replace(data_id=bit)
     new, _ = engine.round_step(setup.model, rcfg, rounds_lib.carried_params(rcfg, params),
-                               pair, one._replace(data_id=bit))
-    return _audit._flat(rounds_lib.model_params(new))  # pylint: disable=protected-access
+                               pair, b)
+    return (_audit._flat(rounds_lib.model_params(new)),  # pylint: disable=protected-access
+            clean(params, pair, b, jnp.float32(0.0), jnp.int32(target)))
 
-  clean = _audit._clean_fn(setup.model, rcfg.client)  # pylint: disable=protected-access
-  tid, count = jnp.int32(target), jnp.float32(pair.counts[0, target])
-  u = [clean(params, pair, b, tid, one.lr, one.clip, count) for b in (1, 0)]
-  du = np.where(mask, np.asarray(u[0] - u[1], np.float64), 0.0)
-  dw = np.where(mask, np.asarray(moved(np.int32(1)) - moved(np.int32(0)), np.float64), 0.0)
+  (w1, u1), (w0, u0) = moved(np.int32(1)), moved(np.int32(0))
+  du = np.asarray(u1 - u0, np.float64)[cols]
+  dw = np.asarray(w1 - w0, np.float64)[cols]
   return float(dw @ du / max(du @ du, 1e-300))
 
 
@@ -280,28 +285,88 @@ def whitened_scores(cross: np.ndarray, cov: np.ndarray, start: int = 0) -> np.nd
   return np.einsum("nab,ab->n", cross[:, start:, start:], prec)
 
 
-def _lane_args(cfg, setup, planned, seeds, bits, noise, clip) -> engine.RoundArgs:
-  """``[L, T]`` RoundArgs: the run's planned rounds with each lane's seed, coin and
-  cohorts (drawn by the config's rule from the lane's seed, as a run with that seed)."""
-  u, k = setup.num_clients, setup.k_slots
-  lanes, t_max = seeds.size, len(planned)
-  idx = np.zeros((lanes, t_max, k), np.int32)
-  sel = np.zeros((lanes, t_max, k), np.float32)
-  for i, s in enumerate(seeds):
-    for t in range(t_max):
-      idx[i, t], sel[i, t] = engine.select_clients(
-          cfg.server.selection, u, cfg.server.clients_per_round, cfg.server.q, int(s), t,
-          weights=setup.selection_weights)
-  stack = lambda f: np.broadcast_to(np.stack([np.asarray(getattr(a, f)) for a in planned]),
-                                    (lanes, t_max) + np.shape(getattr(planned[0], f)))
-  full = lambda x, dtype=np.float32: np.broadcast_to(np.asarray(x, dtype), (lanes, t_max))
-  return engine.RoundArgs(
-      idx=idx, sel_mask=sel, lr=stack("lr"), clip=full(clip),
-      noise=np.zeros((lanes, t_max, k), np.float32), central_noise=full(noise),
-      server_lr=stack("server_lr"), round=full(np.arange(t_max), np.int32),
-      seed=np.broadcast_to(seeds[:, None], (lanes, t_max)).astype(np.uint32),
-      data_id=np.broadcast_to(bits[:, None], (lanes, t_max)).astype(np.int32),
-      stream=stack("stream"), count_noise=full(0.0))
+def _weights_sigma(setup, rnd: run_host.Round, target: int) -> np.ndarray:
+  """``[L]`` the planned noise scale of the target's release in this round (the
+  attack's weights; the variant's fault is not in them): the server's noise (central),
+  the target's upload noise (upload), times the local steps' learning rates' norm
+  (step placement: each step adds the noise, scaled by its rate)."""
+  sigma = rnd.sigma[:, target].astype(np.float64)
+  if setup.privacy.placement == "step":
+    sigma = sigma * np.linalg.norm(np.asarray(rnd.args.lr, np.float64), axis=-1)
+  return np.where(sigma > 0, sigma, 1.0)
+
+
+def _scores(setup, x, m, seen, sigma) -> np.ndarray:
+  """``[A, n]`` the attacks' scores of the trials from the releases ``x [n, T, M]``
+  about the midpoints, the directions ``m [n, T, M]``, which rounds the adversary
+  sees the target's release in (``seen [n, T]``) and the planned noise ``sigma [n, T]``.
+
+  Gaussian noise: the whole-run likelihood ratio, whitened by the noise's covariance
+  across rounds (correlated mechanisms: the decoder's, :func:`noise_covariance`;
+  independent noise: each round weighted by ``1 / sigma^2``), the same from each later
+  round on (a fault from round s on: the rounds before it only add their noise), then
+  each round on its own (projected on its unit direction). Laplace noise: the same
+  with each round's exact log-likelihood ratio ``sum_j |x_j + m_j/2| - |x_j - m_j/2|``
+  (times its scale) in place of the projection."""
+  x = np.where(seen[:, :, None], x, 0.0)
+  norms = np.maximum(np.linalg.norm(m, axis=2), 1e-30)
+  rounds = x.shape[1]
+  if setup.privacy.mechanism == "laplace":
+    own = np.sum(np.abs(x + 0.5 * m) - np.abs(x - 0.5 * m), axis=2)
+    whole = [np.sum(own[:, s:] / sigma[:, s:], axis=1) for s in range(rounds)]
+    return np.concatenate([np.stack(whole), own.T])
+  cross = np.einsum("nam,nbm->nab", x, m)
+  own = np.diagonal(cross, axis1=1, axis2=2)
+  if setup.round_cfg.correlated is not None:
+    cov = noise_covariance(setup.round_cfg, sigma[0])
+    whole = [whitened_scores(cross, cov, s) for s in range(rounds)]
+  else:
+    whole = [np.sum(own[:, s:] / sigma[:, s:] ** 2, axis=1) for s in range(rounds)]
+  return np.concatenate([np.stack(whole), (own / norms).T])
+
+
+def _target(setup, options) -> int:
+  """The canary's client: ``options.target``; else the first client of eligibility
+  group 0 (``cyclic_poisson``), or under a deterministic rule the first client the
+  run's first round selects, or client 0."""
+  privacy = setup.privacy
+  if options.target is not None:
+    if not 0 <= options.target < setup.num_clients:
+      raise ValueError(f"audit.target must be in [0, {setup.num_clients}), got "
+                       f"{options.target}")
+    return int(options.target)
+  if privacy.groups is not None:
+    return int(np.flatnonzero(np.asarray(privacy.groups) == 0)[0])
+  return 0
+
+
+def _lanes(setup, options, plans, pair, params, target, drop_at):
+  """Runs the lanes' T rounds; returns ``(x [L, T, M], m, seen [L, T], sigma [L, T],
+  the largest planned noise scale of round 1)``."""
+  rcfg, lanes = setup.round_cfg, int(plans.bits.size)
+  first = plans.plan(0)
+  cols = _columns(setup, params, pair, target, jax.tree_util.tree_map(
+      lambda v: None if v is None else np.asarray(v)[0], first.args))
+  gain = np.float32(_gain(setup, params, pair, first.args, target, cols))
+  fn = _round_fn(setup.model, rcfg, target, int(pair.x.shape[2]), drop_at)
+  state = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (lanes,) + jnp.shape(v)),
+                                 rounds_lib.carried_params(rcfg, params))
+  xs, ms, seen, sigma, rnd = [], [], [], [], first
+  for t in range(plans.num_rounds):
+    rnd = rnd if t == 0 else plans.plan(t)
+    state, x, m, on, metrics, val = fn(state, pair, rnd.args, jnp.asarray(cols), gain,
+                                       jnp.asarray(rnd.val_std, jnp.float32))
+    plans.record(t, jax.device_get(metrics), np.asarray(val))
+    # A deterministic rule's cohorts are public, and upload/step placement releases
+    # the target's upload only when it is selected; a random rule's central draw
+    # stays hidden (inclusion-aware: the increment is scored every round).
+    hidden = setup.privacy.placement == "central" and not setup.privacy.rule.deterministic
+    seen.append(rnd.active & (True if hidden else np.asarray(on)))
+    xs.append(np.asarray(x, np.float64))
+    ms.append(np.asarray(m, np.float64))
+    sigma.append(_weights_sigma(setup, rnd, target))
+  return (np.stack(xs, 1), np.stack(ms, 1), np.stack(seen, 1), np.stack(sigma, 1),
+          float(np.max(first.sigma)))
 
 
 def audit_run(cfg, options=None) -> _audit.AuditResult:
@@ -315,7 +380,8 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
 
   Returns:
     :class:`fedjax_dp.audit.AuditResult` with ``epsilon_certified`` the run's
-    certified epsilon after its T rounds and ``rounds`` = T.
+    certified epsilon after its T rounds (closed loops: the largest of the trials'
+    runs) and ``rounds`` = T.
 
   Raises:
     ValueError: a config or option the whole-run audit does not cover, in one line.
@@ -328,62 +394,39 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
   t0 = time.time()
   setup = experiment.build(cfg)
   _check(cfg, setup, options)
-  if options.target is not None and not 0 <= options.target < setup.num_clients:
-    raise ValueError(f"audit.target must be in [0, {setup.num_clients}), got "
-                     f"{options.target}")
-  planned, certified = _planned_rounds(cfg, setup)
   privacy = setup.privacy
-  target = options.target if options.target is not None else (
-      int(np.flatnonzero(np.asarray(privacy.groups) == 0)[0])
-      if privacy.groups is not None else 0)
+  drop_at = dropped_round(setup) if options.variant == "band_state_dropped" else -1
+  target = _target(setup, options)
+  level = "client" if privacy.placement == "central" or privacy.level == "client" \
+      else "example"
+  relation = "add_remove" if privacy.poisson_steps else "replace_one"
   options = dataclasses.replace(options, target=target, sparse_canary=True)
   params = setup.model.init(jax.random.PRNGKey(int(cfg.seed)))
-  # A steady canary (one label, input scale 10): its update keeps one direction from
-  # round to round, so the rounds' evidence adds up and the noise the rounds share
-  # (correlated mechanisms) cancels in the whitened statistic.
-  pair = _audit._canary(setup, options, "client", "replace_one", None, steady=True)  # pylint: disable=protected-access
-  clip = _audit.NO_CLIP if options.variant == "no_clip" else float(planned[0].clip)
-  v = _target_direction(setup, params, pair, target, np.asarray(planned[0].lr, np.float32),
-                        np.float32(clip))
-  sigma = np.asarray([float(a.central_noise) for a in planned], np.float64)
-  noise = sigma.copy()
-  if options.variant == "noise_div10":
-    noise /= 10.0
-  elif options.variant == "late_noise_div10":
-    noise[late_start(len(planned)):] /= 10.0
+  # A steady canary (one label, input scale 10, on the quietest feature): its update
+  # keeps one direction from round to round, so the rounds' evidence adds up and the
+  # noise the rounds share (correlated mechanisms) cancels in the whitened statistic.
+  pair = _audit._canary(setup, options, level, relation, None, steady=True)  # pylint: disable=protected-access
   seeds, bits = _audit._trials(options.seed, int(options.trials))  # pylint: disable=protected-access
-  fn = _run_fn(setup.model, setup.round_cfg, int(target),
-               dropped_round(setup) if options.variant == "band_state_dropped" else -1)
-  mask = v != 0
   step = int(options.lanes_per_call) or max(1, min(seeds.size, 256))
-  cross, norms, gain = [], [], None
+  parts, certified, rounds, noise = [], [], 0, 0.0
   for idx, kept in _audit._chunks(seeds.size, step):  # pylint: disable=protected-access
-    args = _lane_args(cfg, setup, planned, seeds[idx], bits[idx], noise, clip)
-    if gain is None:
-      gain = _gain(setup, params, pair, args, int(target), np.asarray(mask))
-    x, m = fn(params, pair, args, mask, np.float32(gain))
-    cross.append(np.asarray(x)[:kept])
-    norms.append(np.asarray(m)[:kept])
-  cross = np.concatenate(cross).astype(np.float64)                   # [n, T, T]
-  norms = np.concatenate(norms).astype(np.float64)                   # [n, T]
-  # The whole-run likelihood ratio, whitened by the planned noise's covariance across
-  # rounds, the same from each later round on (a fault from round s on: the rounds
-  # before it only add their noise), then each round on its own (the projection on
-  # its unit direction).
-  cov = noise_covariance(setup.round_cfg, sigma)
-  per_round = np.diagonal(cross, axis1=1, axis2=2) / np.maximum(norms, 1e-30)
-  scores = np.concatenate([np.stack([whitened_scores(cross, cov, s) for s in range(len(sigma))]),
-                           per_round.T])
+    plans = run_host.make(cfg, setup, seeds[idx], bits[idx], options.variant)
+    x, m, seen, sigma, noise = _lanes(setup, options, plans, pair, params, target, drop_at)
+    parts.append(_scores(setup, x, m, seen, sigma)[:, :kept])
+    certified.append(plans.certified_epsilon())
+    rounds = plans.num_rounds
+  scores = np.concatenate(parts, axis=1)
+  eps = float(max(certified))
   inside = bits.astype(bool)
   est = estimators.best_of(scores[:, inside], scores[:, ~inside], privacy.delta,
                            float(options.significance))
   return _audit.AuditResult(
       epsilon_lower=est.clopper_pearson, epsilon_one_run=est.one_run, epsilon_gdp=est.gdp,
-      epsilon_certified=certified, epsilon_certified_run=certified,
-      ratio=est.clopper_pearson / certified if certified > 0 else math.inf,
+      epsilon_certified=eps, epsilon_certified_run=eps,
+      ratio=est.clopper_pearson / eps if eps > 0 else math.inf,
       delta=float(privacy.delta), significance=float(options.significance),
-      trials=int(options.trials), trials_in=int(inside.sum()), level="client",
+      trials=int(options.trials), trials_in=int(inside.sum()), level=level,
       placement=privacy.placement, mechanism=privacy.mechanism,
       clip_mode=cfg.client.clip_mode, variant=options.variant,
-      noise_scale=float(np.max(noise)), sensitivity=float(np.max(privacy.sensitivity)),
-      rounds=len(planned), wall_s=time.time() - t0)
+      noise_scale=noise, sensitivity=float(np.max(privacy.sensitivity)),
+      rounds=rounds, wall_s=time.time() - t0, relation=relation)
