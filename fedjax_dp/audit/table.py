@@ -247,11 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         f"combination of {', '.join(CORE)}, then each selection rule; shard {args.shard})",
         flush=True)
   t0 = time.time()
-  rows = [row for m in chosen for row in audit_mechanism(
-      base, m, args.trials, args.escalate, args.seed, not args.no_run_certificate,
-      run_variants(base, m) if args.whole_run else VARIANTS, whole_run=args.whole_run)]
   suffix = f".{index}" if count > 1 else ""
-  _write_csv(out / f"{stem}.csv{suffix}", rows)
+  rows = []
+  for m in chosen:
+    rows += audit_mechanism(base, m, args.trials, args.escalate, args.seed,
+                            not args.no_run_certificate,
+                            run_variants(base, m) if args.whole_run else VARIANTS,
+                            whole_run=args.whole_run)
+    _write_csv(out / f"{stem}.csv{suffix}", rows)  # (each mechanism's rows as they come)
   meta = {"command": "python -m fedjax_dp.audit.table " + " ".join(
               sys.argv[1:] if argv is None else argv),
           "git_commit": _git_commit(), "base_config": args.config,
