@@ -44,8 +44,9 @@ def test_whole_run_audit_catches_noise_div10_and_no_clip():
 
 
 @pytest.mark.parametrize("sets,match", [
-    ({"privacy.placement": "upload"}, "privacy.placement='central'"),
-    ({"schedule.name": "crd"}, "open-loop schedule")])
+    ({"server.clip_rule": "median"}, "certified epsilon inf"),
+    ({"schedule.name": "crd"}, "open-loop schedule"),
+    ({"privacy.placement": "none"}, "adds no noise")])
 def test_whole_run_audit_refuses_what_it_does_not_cover(sets, match):
   with pytest.raises(ValueError, match=match):
     audit_run(small_config(RUN, **sets), AuditOptions(trials=20))
@@ -61,3 +62,69 @@ def test_cli_whole_run_audit(capsys):
                    "--variant", "late_noise_div10", *sets]) == 0
   text = capsys.readouterr().out
   assert "every round of 4" in text and "the run's 4 rounds" in text
+
+
+def test_whole_run_audit_of_upload_noise_sees_the_target_s_upload_every_round():
+  """Upload placement: the release is every selected client's noisy upload; the canary
+  is one example (per-example clipping: example-level adjacency), observed in the
+  target's upload of each round. The correct run stays below its certificate, a late
+  fault is caught."""
+  cfg = small_config(RUN, **{"client.clip_mode": "per_example_l2",
+                             "privacy.placement": "upload", "server.selection": "uniform",
+                             "server.clients_per_round": 10})
+  ok = audit_run(cfg, AuditOptions(trials=TRIALS))
+  assert ok.level == "example" and ok.placement == "upload", ok
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  late = audit_run(cfg, AuditOptions(trials=TRIALS, variant="late_noise_div10"))
+  assert late.epsilon_lower > late.epsilon_certified, late
+
+
+def test_whole_run_audit_of_a_closed_loop_plans_each_trial_from_its_releases():
+  """The private median's clip bound follows each trial's released noisy count: every
+  lane is planned by its own server state; noise/10 is caught, the correct run is not."""
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 10,
+                             "server.clip_rule": "private_median",
+                             "server.clip_count_std": 100.0})
+  ok = audit_run(cfg, AuditOptions(trials=TRIALS))
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  bad = audit_run(cfg, AuditOptions(trials=TRIALS, variant="noise_div10"))
+  assert bad.epsilon_lower > bad.epsilon_certified, bad
+
+
+def test_lane_plans_equal_the_shared_plan_and_follow_their_own_counts():
+  """The per-lane host (closed loops) plans an open-loop run as the shared plan does,
+  lane by lane; under the private median each lane's next clip bound follows its own
+  released count (server.next_clip), not another lane's."""
+  import numpy as np
+
+  from fedjax_dp import experiment
+  from fedjax_dp.audit import run_host
+  from fedjax_dp.host import server
+
+  seeds, bits = np.asarray([3, 4, 5], np.uint32), np.asarray([0, 1, 0], np.int32)
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 5})
+  setup = experiment.build(cfg)
+  shared = run_host.SharedPlan(cfg, setup, seeds, bits, "none")
+  lanes = run_host.LanePlans(cfg, setup, seeds, bits, "none")
+  zero = {"train_loss": np.zeros(3), "grad_norm": np.zeros(3), "update_norm": np.zeros(3),
+          "num_selected": np.full(3, 5)}
+  for t in range(shared.num_rounds):
+    a, b = shared.plan(t), lanes.plan(t)
+    for f in ("idx", "sel_mask", "lr", "clip", "noise", "central_noise", "seed", "data_id"):
+      np.testing.assert_array_equal(getattr(a.args, f), getattr(b.args, f), err_msg=f)
+    lanes.record(t, zero, np.zeros(3))
+  assert lanes.certified_epsilon() == pytest.approx(shared.certified_epsilon())
+
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 10,
+                             "server.clip_rule": "private_median",
+                             "server.clip_count_std": 100.0})
+  setup = experiment.build(cfg)
+  lanes = run_host.LanePlans(cfg, setup, seeds, bits, "none")
+  first = lanes.plan(0)
+  counts = np.asarray([0.0, 5.0, 10.0])
+  lanes.record(0, {**zero, "clip_bound": first.args.clip, "clip_count": counts}, np.zeros(3))
+  clips = lanes.plan(1).args.clip
+  spec = lanes.specs[0]
+  want = [server.next_clip(spec, float(first.args.clip[i]), counts[i]) for i in range(3)]
+  np.testing.assert_allclose(clips, want, rtol=1e-6)
+  assert len(set(np.round(clips, 6))) == 3

@@ -194,6 +194,31 @@ def markdown(rows: list[dict], whole_run: bool = False) -> str:
   return "\n".join(lines) + "\n"
 
 
+def joined_markdown(per_round: list[dict], whole: list[dict]) -> str:
+  """The whole-run rows (:func:`audit_run`, T rounds) beside the per-round table's row
+  of the same mechanism and variant (round 1; the base config's own run, epsilon 8
+  over 100 rounds) where it has one: the audit table with its whole-run column. A
+  fault after round 1 leaves the first round as it is: its per-round cell is the
+  correct mechanism's."""
+  def key(name: str) -> str:  # (the per-round table predates the optimizer axis)
+    return name[:-len("/opt=sgd")] if name.endswith("/opt=sgd") else name
+  first = {(key(r["mechanism"]), r["variant"]): r for r in per_round}
+  lines = ["| mechanism | variant | whole run: lower bound | certified (T rounds) | caught | "
+           "trials | seconds | round 1: lower bound | certified (round 1) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in whole:
+    same = "none" if r["variant"] in ("late_noise_div10", *NOT_A_FAULT) else r["variant"]
+    one = first.get((key(r["mechanism"]), same))
+    caught = {"yes": "**yes**", "no": "no", "": "--", "flagged": "flagged (wrongly)",
+              "not flagged": "not flagged (no fault)"}[r["caught"]]
+    tail = (f"{float(one['epsilon_lower']):.3f} | {float(one['epsilon_certified']):.3f}"
+            if one else "n/a | n/a")
+    lines.append(f"| `{r['mechanism']}` | {r['variant']} | {float(r['epsilon_lower']):.3f} | "
+                 f"{float(r['epsilon_certified']):.3f} | {caught} | {r['trials']} | "
+                 f"{float(r['seconds']):.0f} | {tail} |")
+  return "\n".join(lines) + "\n"
+
+
 def benchmark_parser(description: str, escalate: int) -> argparse.ArgumentParser:
   """The options the audit tables' benchmarks share: ``--trials``, ``--escalate``
   (re-audit a broken variant not caught at that many times the trials), ``--only``
@@ -265,10 +290,20 @@ def main(argv: list[str] | None = None) -> int:
           "machine": platform.platform(), "wall_s": round(time.time() - t0, 1)}
   (out / f"{stem}_meta.json{suffix}").write_text(json.dumps(meta, indent=2) + "\n")
   if count == 1:
-    (out / f"{stem}.md").write_text(markdown(rows, args.whole_run))
+    _write_markdown(out, stem, rows, args.whole_run)
   print(f"wrote {out}/{stem}.csv{suffix}; "
         f"{sum(r['caught'] == 'no' for r in rows)} broken variants not caught", flush=True)
   return 0
+
+
+def _write_markdown(out: Path, stem: str, rows: list[dict], whole_run: bool) -> None:
+  """``<stem>.md``; the whole-run table joined with the per-round one's rows
+  (``audit_table.csv`` in ``out``, if there) as :func:`joined_markdown`."""
+  if whole_run and (out / "audit_table.csv").exists():
+    per_round = list(csv.DictReader((out / "audit_table.csv").read_text().splitlines()))
+    (out / f"{stem}.md").write_text(joined_markdown(per_round, rows))
+  else:
+    (out / f"{stem}.md").write_text(markdown(rows, whole_run))
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -295,7 +330,7 @@ def merge(out: Path, count: int, stem: str = "audit_table", whole_run: bool = Fa
     for k in ("epsilon_lower", "epsilon_certified", "seconds"):
       r[k] = float(r[k])
   _write_csv(out / f"{stem}.csv", rows)
-  (out / f"{stem}.md").write_text(markdown(rows, whole_run))
+  _write_markdown(out, stem, rows, whole_run)
   metas = [json.loads((out / f"{stem}_meta.json.{i}").read_text()) for i in range(count)]
   meta = {**metas[0], "shards": metas, "audited_mechanisms": sum(
       m["audited_mechanisms"] for m in metas), "wall_s": max(m["wall_s"] for m in metas)}

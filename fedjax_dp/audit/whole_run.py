@@ -7,20 +7,28 @@ invisible to it. :func:`audit_run` audits the T-round mechanism: each trial (lan
 a whole run of T rounds of :func:`fedjax_dp.training.engine.round_step` -- the run's
 own noise schedule, clip, learning rates and correlated-noise state carried from
 round to round -- on the ``in`` or the ``out`` dataset (a fair coin), with its own
-seed, so its own cohorts and noise. The adversary sees every round's global model
-(the releases of central placement) and scores the run; its lower bound is compared
-with the run's certified epsilon after T rounds (worst client, the run's own
-accountant, :class:`fedjax_dp.host.run_loop.RunLoop`).
+seed, so its own cohorts and noise. The adversary sees every round's release and
+scores the run: the global model under central placement; under upload and step
+placement each client's noisy upload, of which the attack reads the target's own
+(recomputed with the keys the engine gives that client in that round, at the model
+the round starts from), in the rounds whose cohort holds it. Its lower bound is
+compared with the run's certified epsilon after T rounds (worst client, the run's own
+accountant). The rounds are planned by the run's own pure host functions
+(:mod:`fedjax_dp.audit.run_host`): once for an open-loop run with a fixed clip, or,
+where the plan follows the releases (the private median's clip bound, a schedule
+reading the clients' validation score), lane by lane from each trial's own releases.
 
-The canary is a client-level one on the quietest input feature
-(:func:`fedjax_dp.audit.audit.quietest_feature`), steady (one label, input scale 10,
-so its update keeps one direction from round to round): no other client's gradient
-touches that feature's first-layer weights at any model, so each round's model
-increment on those weights moves by the target's own (clipped) contribution, when
-its cohort draws it, and by the noise -- whatever the other clients did
-(inclusion-aware across rounds). The adversary takes the increment about the
-midpoint of the target's two noiseless contributions at the model the round starts
-from (the previous release, which it sees), scaled by the target's aggregation
+The canary is the plan's unit (one example under an example-level bound, all of the
+target's examples under a client-level one; add/remove for Poisson minibatches) on
+the quietest input feature (:func:`fedjax_dp.audit.audit.quietest_feature`), steady
+(one label, input scale 10, so its update keeps one direction from round to round):
+no other client's gradient touches that feature's first-layer weights at any model,
+so each round's release on those weights moves by the target's own (clipped)
+contribution, when its cohort (or minibatch) draws it, and by the noise -- whatever
+the other clients did (inclusion-aware across rounds). The adversary takes the
+release about the midpoint of the target's two noiseless contributions at the model
+the round starts from (the previous release, which it sees), for central placement
+scaled by the target's aggregation
 weight and the server's step (:func:`_gain`, public). The attacks
 (:func:`fedjax_dp.audit.estimators.best_of`):
 
@@ -56,9 +64,12 @@ audit (Andrew et al. 2024 audit the final model of one run; Steinke, Nasr & Jagi
 2023 insert many canaries in one run); with independent trials the estimators'
 assumptions hold exactly.
 
-Scope: central placement (where the correlated mechanisms live) with a fixed clip
-and an open-loop schedule (its noise does not depend on the metrics, so every
-trial's run plans the same noise); anything else is refused in one line.
+Laplace noise replaces each round's projection by its exact log-likelihood ratio
+(:func:`_scores`). Scope: every mechanism the registries accept but those without a
+claim to test (no noise; ``server.clip_rule='median'``, certified inf) and a schedule
+that reads the test metrics (the audit does not compute them), each refused in one
+line. Under a closed loop the trials' runs may certify different epsilons: the
+lower bound is compared with the largest.
 """
 
 from __future__ import annotations
