@@ -155,7 +155,8 @@ class LanePlans:
     self.bits, self.variant, self.privacy = bits, variant, setup.privacy
     self.num_rounds, self.certified = int(cfg.rounds), [math.nan] * len(seeds)
 
-  def plan(self, t: int) -> Round:
+  def plan(self, t: int) -> Round | None:
+    """Round ``t`` of every lane (None: no lane's run plays it)."""
     rows, sigmas, vals, active = [], [], [], []
     for i, (spec, state) in enumerate(zip(self.specs, self.states)):
       state, args = server.plan_round(spec, state) if state.running else (state, None)
@@ -170,7 +171,9 @@ class LanePlans:
       sigmas.append(_sigma(self.privacy, state.planned.plan))
       vals.append(max(state.planned.val_std, 0.0))
     if not any(active):
-      raise ValueError(f"no trial's run plays round {t + 1}: nothing to audit there")
+      if t == 0:
+        raise ValueError("no trial's run plays round 1: nothing to audit")
+      return None  # every lane's run has stopped (its budget): the runs end here
     template = _idle(next(a for a in rows if a is not None))
     rows = [a if a is not None else template._replace(
         seed=np.uint32(s.seed), data_id=np.int32(b))

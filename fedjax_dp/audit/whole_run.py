@@ -365,6 +365,8 @@ def _lanes(setup, options, plans, pair, params, target, drop_at):
   xs, ms, seen, sigma, rnd = [], [], [], [], first
   for t in range(plans.num_rounds):
     rnd = rnd if t == 0 else plans.plan(t)
+    if rnd is None:  # every trial's run has stopped (a closed loop's budget)
+      break
     state, x, m, on, metrics, val = fn(state, pair, rnd.args, jnp.asarray(cols), gain,
                                        jnp.asarray(rnd.val_std, jnp.float32))
     plans.record(t, jax.device_get(metrics), np.asarray(val))
@@ -425,7 +427,7 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
     x, m, seen, sigma, noise = _lanes(setup, options, plans, pair, params, target, drop_at)
     parts.append(_scores(setup, x, m, seen, sigma)[:, :kept])
     certified.append(plans.certified_epsilon())
-    rounds = plans.num_rounds
+    rounds = max(rounds, x.shape[1])
   scores = np.concatenate(parts, axis=1)
   eps = float(max(certified))
   inside = bits.astype(bool)
