@@ -151,7 +151,9 @@ class LanePlans:
   def __init__(self, cfg, setup, seeds: np.ndarray, bits: np.ndarray, variant: str):
     spec = _spec(cfg, setup)
     self.specs = [spec._replace(seed=int(s)) for s in seeds]
-    self.states = [server.init(s) for s in self.specs]
+    # A fresh state reads no seed (the schedule's and the accountant's initial states,
+    # the configured clip): one, shared until each lane's first round replaces it.
+    self.states = [server.init(spec)] * len(seeds)
     self.bits, self.variant, self.privacy = bits, variant, setup.privacy
     self.num_rounds, self.certified = int(cfg.rounds), [math.nan] * len(seeds)
 

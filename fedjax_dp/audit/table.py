@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--whole-run", action="store_true",
                  help="audit whole runs (fedjax_dp.audit.audit_run; base: "
                  + ", ".join(WHOLE_RUN_SETS) + "): audit_table_whole_run.{csv,md}")
+  p.add_argument("--resume", action="store_true",
+                 help="keep the mechanisms already in this shard's CSV and audit the rest")
   p.add_argument("--merge", type=int, default=0, metavar="N",
                  help="only merge the N shards' CSV files into the table")
   p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
@@ -273,8 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         flush=True)
   t0 = time.time()
   suffix = f".{index}" if count > 1 else ""
-  rows = []
+  rows, done = [], set()
+  if args.resume and (out / f"{stem}.csv{suffix}").exists():
+    # Keep the mechanisms this shard's CSV already holds (the table's own file): a long
+    # table stopped part way goes on from the next mechanism.
+    rows = list(csv.DictReader((out / f"{stem}.csv{suffix}").read_text().splitlines()))
+    done = {r["mechanism"] for r in rows}
+    print(f"resuming: {len(done)} mechanisms already audited", flush=True)
   for m in chosen:
+    if mechanism_name(m) in done:
+      continue
     rows += audit_mechanism(base, m, args.trials, args.escalate, args.seed,
                             not args.no_run_certificate,
                             run_variants(base, m) if args.whole_run else VARIANTS,
