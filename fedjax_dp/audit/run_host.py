@@ -145,11 +145,52 @@ class SharedPlan:
     return self.certified
 
 
+class _SharedAccountant:
+  """The run's privacy plan with its accountant's pure functions memoized across the
+  lanes: lanes whose runs reach the same accountant state with the same round get the
+  same next state (the same object), so a thousand lanes compose each distinct round
+  once. Exact: the functions are pure and the key holds every input they read (the
+  selected ids only where the participation reads them: deterministic rules, Poisson
+  steps, correlated noise)."""
+
+  def __init__(self, plan):
+    self._plan, self._cache = plan, {}
+    self._reads_selected = (plan.rule.deterministic or plan.poisson_steps
+                            or plan.correlated is not None)
+
+  def __getattr__(self, name):
+    return getattr(self._plan, name)
+
+  def _memo(self, key, acct, fn):
+    hit = self._cache.get(key)
+    if hit is None or hit[0] is not acct:  # (the state is kept: its id stays its own)
+      hit = self._cache[key] = (acct, fn())
+    return hit[1]
+
+  def accountant_step(self, acct, noise, central_noise=0.0, selected=None, validate=False):
+    sel = (np.asarray(selected).tobytes()
+           if self._reads_selected and selected is not None else None)
+    key = ("step", id(acct), np.asarray(noise, np.float64).tobytes(), float(central_noise),
+           sel, bool(validate))
+    return self._memo(key, acct, lambda: self._plan.accountant_step(
+        acct, noise, central_noise, selected=selected, validate=validate))
+
+  def certified_epsilon(self, acct):
+    return self._memo(("eps", id(acct)), acct, lambda: self._plan.certified_epsilon(acct))
+
+  def claimed_epsilon(self, acct):
+    return self._memo(("claimed", id(acct)), acct, lambda: self._plan.claimed_epsilon(acct))
+
+  def over_budget(self, acct):
+    return self._memo(("over", id(acct)), acct, lambda: self._plan.over_budget(acct))
+
+
 class LanePlans:
   """A closed-loop run: each lane planned by its own server state (module docstring)."""
 
   def __init__(self, cfg, setup, seeds: np.ndarray, bits: np.ndarray, variant: str):
     spec = _spec(cfg, setup)
+    spec = spec._replace(privacy=_SharedAccountant(spec.privacy))
     self.specs = [spec._replace(seed=int(s)) for s in seeds]
     # A fresh state reads no seed (the schedule's and the accountant's initial states,
     # the configured clip): one, shared until each lane's first round replaces it.
