@@ -188,9 +188,9 @@ def markdown(rows: list[dict], whole_run: bool = False) -> str:
   for r in rows:
     caught = {"yes": "**yes**", "no": "no", "": "--", "flagged": "flagged (wrongly)",
               "not flagged": "not flagged (no fault)"}[r["caught"]]
-    lines.append(f"| `{r['mechanism']}` | {r['variant']} | {r['epsilon_lower']:.3f} | "
-                 f"{r['epsilon_certified']:.3f} | {caught} | {r['trials']} | "
-                 f"{r['seconds']:.0f} |")
+    lines.append(f"| `{r['mechanism']}` | {r['variant']} | {float(r['epsilon_lower']):.3f} | "
+                 f"{float(r['epsilon_certified']):.3f} | {caught} | {r['trials']} | "
+                 f"{float(r['seconds']):.0f} |")
   return "\n".join(lines) + "\n"
 
 
