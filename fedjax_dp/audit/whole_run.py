@@ -205,20 +205,27 @@ def _round_fn(model, rcfg, target: int, n_max: int, drop_at: int = -1):
 
 
 def _columns(setup, params, pair, target: int, a) -> np.ndarray:
-  """The coordinates the canary moves and no other client's update does (at the
-  initial model): there a release moves by the target's own contribution and the
-  noise, whatever the other clients (or a hidden cohort) did."""
+  """The coordinates the attack reads (at the initial model). Central placement: those
+  the canary moves and no other client's update does: there the aggregate moves by
+  the target's own contribution and the noise, whatever the other clients (or a
+  hidden cohort) did. Upload and step placement release the target's own upload,
+  which no other client touches: every coordinate the canary moves (Poisson
+  minibatches: those the target's other examples leave alone, so that which of them
+  a step drew does not move the projection, as in the per-round audit)."""
   n_max = int(pair.x.shape[2])
   clean = jax.jit(_client(setup.model, _clean_config(setup.round_cfg.client, n_max)))
   zero = jnp.zeros((), jnp.float32)
   one, out = a._replace(data_id=np.int32(1)), a._replace(data_id=np.int32(0))
-  v = np.asarray(clean(params, pair, one, zero, np.int32(target))
-                 - clean(params, pair, out, zero, np.int32(target)))
+  c_out = np.asarray(clean(params, pair, out, zero, np.int32(target)))
+  v = np.asarray(clean(params, pair, one, zero, np.int32(target))) - c_out
   flat = np.asarray(_audit._flat(params))  # pylint: disable=protected-access
   moved = np.zeros(flat.shape, bool)
-  for i in range(int(pair.counts.shape[1])):
-    if i != int(target) and int(pair.counts[0, i]) > 0:
-      moved |= np.asarray(clean(params, pair, out, zero, np.int32(i))) != flat
+  if setup.round_cfg.client.noise_placement not in LOCAL:
+    for i in range(int(pair.counts.shape[1])):
+      if i != int(target) and int(pair.counts[0, i]) > 0:
+        moved |= np.asarray(clean(params, pair, out, zero, np.int32(i))) != flat
+  elif setup.privacy.poisson_steps and np.any((v != 0) & (c_out == flat)):
+    moved = c_out != flat
   cols = np.flatnonzero((v != 0) & ~moved)
   if cols.size == 0:
     raise ValueError("the canary moves no coordinate that the other clients leave alone: "
