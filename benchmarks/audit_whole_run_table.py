@@ -1,10 +1,9 @@
 """The whole-run audit's table of the central-noise mechanisms beside their first-round
 audit: x {correct, noise/10, clipping off, a late-round fault}, and for BandMF its
-state dropped at round b + 1 (no privacy fault: it must not be flagged), including
-Poisson participation (docs/privacy.md, section 10). Every mechanism the registries
-accept is in the audit table's whole-run mode (``python -m fedjax_dp.audit.table
---whole-run``); this one adds the correlated mechanisms with two bands and under
-Poisson participation, and the round-1 column.
+state dropped at round b + 1 (no privacy fault: it must not be flagged)
+(docs/privacy.md, section 10). Every mechanism the registries accept is in the audit
+table's whole-run mode (``python -m fedjax_dp.audit.table --whole-run``); this one
+adds BandMF with two bands and the round-1 column.
 
   PYTHONPATH=$PWD nice -n 10 python benchmarks/audit_whole_run_table.py [--trials 1000]
 
@@ -40,22 +39,6 @@ MECHANISMS = {
     # two bands make the noise correlated, and give a state to drop.)
     "bandmf/all b=2": ["privacy.mechanism=bandmf", "server.selection=all", "privacy.bands=2"],
     "tree/all": ["privacy.mechanism=tree", "server.selection=all"],
-    # Noise that varies over the rounds (each a file in privacy/schedules/, open loop:
-    # geometric with refine 0): the attack weights each round by its planned noise.
-    "gaussian/uniform K=U linear_decay": ["server.selection=uniform",
-                                          "server.clients_per_round=10",
-                                          "schedule.name=linear_decay"],
-    "gaussian/uniform K=U geometric": ["server.selection=uniform", "server.clients_per_round=10",
-                                       "schedule.name=geometric", "schedule.refine=0"],
-    # Poisson participation at central placement (issue 47, Q1): the target's
-    # contribution hidden in a random cohort, round after round (amplified BandMF).
-    "gaussian/poisson q=0.5": ["server.selection=poisson", "server.q=0.5",
-                               "server.aggregation=fixed", "server.clients_per_round=5"],
-    "gaussian/cyclic_poisson K=5": ["server.selection=cyclic_poisson", "server.q=0.5",
-                                    "server.aggregation=fixed", "server.clients_per_round=5"],
-    "bandmf/cyclic_poisson K=5": ["privacy.mechanism=bandmf", "server.selection=cyclic_poisson",
-                                  "server.q=0.5", "server.aggregation=fixed",
-                                  "server.clients_per_round=5"],
 }
 VARIANTS = ("none", "noise_div10", "no_clip", "late_noise_div10")
 # A variant for the mechanisms that carry a noise state (not a privacy fault:
