@@ -87,6 +87,7 @@ import numpy as np
 from fedjax_dp.audit import estimators
 from fedjax_dp.audit import run_host
 from fedjax_dp.audit.run_host import late_start
+from fedjax_dp.privacy import clip_modes
 from fedjax_dp.privacy import correlated
 from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import client as client_lib
@@ -421,6 +422,13 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
       else "example"
   relation = "add_remove" if privacy.poisson_steps else "replace_one"
   options = dataclasses.replace(options, target=target, sparse_canary=True)
+  hint = clip_modes.get(cfg.client.clip_mode).canary
+  if (level == "example" and options.canary_scale is None
+      and hint.example_scale > clip_modes.Canary().example_scale):
+    # A bound on the client's model or update reached by one example (param_l2,
+    # update_l2 at upload placement): the canary must dominate the client's update,
+    # at the mode's own scale (the per-round audit's), not the steady 10.
+    options = dataclasses.replace(options, canary_scale=float(hint.example_scale))
   params = setup.model.init(jax.random.PRNGKey(int(cfg.seed)))
   # A steady canary (one label, input scale 10, on the quietest feature): its update
   # keeps one direction from round to round, so the rounds' evidence adds up and the
