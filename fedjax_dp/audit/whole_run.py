@@ -97,7 +97,8 @@ from fedjax_dp.training import rounds as rounds_lib
 _audit = importlib.import_module("fedjax_dp.audit.audit")
 
 RUN_VARIANTS = ("none", "noise_div10", "no_clip", "late_noise_div10", "band_state_dropped")
-LOCAL = ("upload", "step")  # placements whose release is each client's noisy upload
+LOCAL = ("upload", "step")
+REGRESSION_LABEL = 1e8  # a regression canary's label (audit_run: it keeps the canary pulling)  # placements whose release is each client's noisy upload
 __all__ = ["RUN_VARIANTS", "audit_run", "dropped_round", "late_start", "noise_covariance",
            "whitened_scores"]
 
@@ -434,6 +435,14 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
   # keeps one direction from round to round, so the rounds' evidence adds up and the
   # noise the rounds share (correlated mechanisms) cancels in the whitened statistic.
   pair = _audit._canary(setup, options, level, relation, None, steady=True)  # pylint: disable=protected-access
+  if setup.model.is_regression:
+    # A regressor fits a steady canary: once the (noisy) model's prediction on the
+    # scaled input dwarfs the label, the in (x, y) and out (-x, y) gradients
+    # 2 (w.x -+ y) (+-x) point the same way and clip to the same update, so the canary
+    # stops moving the release after round 1. A label far beyond any prediction keeps
+    # them opposite (-2 y x and 2 y x) in every round.
+    rows = 1 if level == "example" else int(setup.data.counts[target])
+    pair = pair._replace(y=pair.y.at[:, target, :rows].set(REGRESSION_LABEL))
   seeds, bits = _audit._trials(options.seed, int(options.trials))  # pylint: disable=protected-access
   step = int(options.lanes_per_call) or max(1, min(seeds.size, 256))
   parts, certified, rounds, noise = [], [], 0, 0.0
