@@ -59,6 +59,10 @@ TO_REMAKE = {
     "adpfl2022/baseline_calibration": _CALIBRATION,
     "fu2023/baseline_calibration": _CALIBRATION,
     "wei2021/baseline_calibration": _CALIBRATION,
+    # (The paper's median rule for C over every round, issue 49 item 1: a new eps = inf
+    # calibration of the same kind, not a result re-made; it leaves with the others.)
+    "wei2021/baseline_calibration_rounds": _CALIBRATION,
+    "wei2021/baseline_calibration_rounds_wide": _CALIBRATION,
     "yuan2023/baseline_calibration": _CALIBRATION,
 }
 

@@ -241,7 +241,7 @@ def main(argv=None):
   # 2. The calibration: the eta grid clipped at the rule's C.
   cfg = base_config(args.rounds)
   cfg.client.clip = round(clip, 3)
-  out = common.RUNS / f"calibration_paper_T{args.rounds}_C{cfg.client.clip:g}"
+  out = common.RUNS / f"calibration_paper_T{args.rounds}_C{cfg.client.clip:g}{args.tag}"
   table, rows = cs.calibrate(cfg, cal_grid, TARGET, out)
   table["setting"] = table["setting"] + f" client.clip={cfg.client.clip:g}"
   cs.write_calibration(common.RESULTS, table, rows, cal_grid, TARGET,
