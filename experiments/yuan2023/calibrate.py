@@ -30,7 +30,8 @@ count steps or epochs. At the chosen bound (``update_l2``) it sweeps the batch s
 B in :data:`CNN_BATCHES` and eta in :data:`CNN_SGD_LRS`, with tau read as 5 steps
 and as 5 epochs (``client.local_steps = 5 ceil(|D_k| / B)``, fixed per block, not
 tuned) -> ``results/baseline_calibration_cnn_sgd.csv`` (one block per B and
-reading). From the repository root::
+reading), then the client optimizers of :data:`CNN_OPTIMIZERS` (momentum, Adam) at
+each batch size with tau read as epochs. From the repository root::
 
   nice -n 10 python experiments/yuan2023/calibrate.py --seeds 3
   nice -n 10 python experiments/yuan2023/calibrate.py --controls
@@ -66,6 +67,10 @@ GRIDS = {
 
 CNN_BATCHES = (0, 25, 10)  # 0 = full batch (the committed CNN runs)
 CNN_SGD_LRS = (0.1, 0.3, 1.0)
+# The client optimizers (issue 49 item 5; heavy-ball momentum 0.9 by default, whose
+# effective step is about eta / (1 - beta), hence rates a tenth of SGD's; Adam at its
+# usual rates). Open settings of the paper ("trained using SGD", no optimizer given).
+CNN_OPTIMIZERS = {"momentum": (0.01, 0.03, 0.1), "adam": (0.001, 0.003, 0.01)}
 
 
 def base_config(which: str, samples: int):
@@ -101,31 +106,46 @@ def run_controls(samples: int = 600) -> None:
   print(t.to_string(index=False), flush=True)
 
 
+def _sgd_block(args, reading: str, b: int, optimizer: str, lrs) -> str:
+  """One calibration block of the CNN at minibatch SGD: batch size ``b``, tau read as
+  ``reading``, the client optimizer ``optimizer`` over the rates ``lrs``; returns its
+  chosen setting and accuracy."""
+  target, samples = TARGETS["cnn"], args.cnn_samples
+  steps = common.TAU if reading == "steps" else common.TAU * math.ceil(samples / max(b, 1))
+  cfg = base_config("cnn", samples)
+  cfg.client.clip_mode = "update_l2"
+  cfg.client.local_steps = steps
+  cfg.client.optimizer = optimizer
+  grid = {"client.batch_size": [b], "client.lr": list(lrs)}
+  opt = "" if optimizer == "sgd" else f", client optimizer {optimizer}"
+  block = target._replace(figure=f"{target.figure} [SGD: B = {b or 'full'}, tau = "
+                                 f"{common.TAU} local {reading}{opt}]")
+  suffix = "" if optimizer == "sgd" else f"_{optimizer}"
+  runs = f"calibration_cnn_sgd_n{samples}_b{b}_{reading}{suffix}_s{args.seeds}"
+  table, rows = cs.calibrate(cfg, grid, block, common.RUNS / runs, seeds=args.seeds)
+  table["setting"] = (table["setting"] + f" client.clip_mode=update_l2 client.local_steps="
+                      f"{steps} client.optimizer={optimizer}")
+  cs.write_calibration(common.RESULTS, table, rows, grid, block,
+                       png=f"baseline_calibration_cnn_sgd_b{b}_{reading}{suffix}",
+                       name="baseline_calibration_cnn_sgd")
+  print(table.to_string(index=False), flush=True)
+  best = table[table["chosen"]].iloc[0]
+  return f"{best['setting']}: {best['ours']:.4f}"
+
+
 def run_cnn_sgd(args) -> list[str]:
   """The CNN at minibatch SGD (module docstring): one calibration block per batch size
-  and reading of tau; returns the blocks' chosen settings."""
-  target, samples, chosen = TARGETS["cnn"], args.cnn_samples, []
+  and reading of tau, then each client optimizer of :data:`CNN_OPTIMIZERS` at every
+  batch size with tau read as epochs; returns the blocks' chosen settings."""
+  chosen = []
   for reading in ("steps", "epochs"):
     for b in CNN_BATCHES:
       if reading == "epochs" and b == 0:
         continue  # full batch: 5 epochs are the 5 steps
-      steps = common.TAU if reading == "steps" else common.TAU * math.ceil(samples / b)
-      cfg = base_config("cnn", samples)
-      cfg.client.clip_mode = "update_l2"
-      cfg.client.local_steps = steps
-      grid = {"client.batch_size": [b], "client.lr": list(CNN_SGD_LRS)}
-      block = target._replace(figure=f"{target.figure} [SGD: B = {b or 'full'}, tau = "
-                                     f"{common.TAU} local {reading}]")
-      runs = f"calibration_cnn_sgd_n{samples}_b{b}_{reading}_s{args.seeds}"
-      table, rows = cs.calibrate(cfg, grid, block, common.RUNS / runs, seeds=args.seeds)
-      table["setting"] = (table["setting"]
-                          + f" client.clip_mode=update_l2 client.local_steps={steps}")
-      cs.write_calibration(common.RESULTS, table, rows, grid, block,
-                           png=f"baseline_calibration_cnn_sgd_b{b}_{reading}",
-                           name="baseline_calibration_cnn_sgd")
-      print(table.to_string(index=False), flush=True)
-      best = table[table["chosen"]].iloc[0]
-      chosen.append(f"{best['setting']}: {best['ours']:.4f}")
+      chosen.append(_sgd_block(args, reading, b, "sgd", CNN_SGD_LRS))
+  for optimizer, lrs in CNN_OPTIMIZERS.items():
+    for b in CNN_BATCHES:
+      chosen.append(_sgd_block(args, "epochs", b, optimizer, lrs))
   return chosen
 
 
@@ -148,6 +168,7 @@ def main(argv=None):
     chosen = run_cnn_sgd(args)
     common.save_meta("baseline_calibration_cnn_sgd", start, samples=args.cnn_samples,
                      seeds=args.seeds, batches=list(CNN_BATCHES), lrs=list(CNN_SGD_LRS),
+                     optimizers={k: list(v) for k, v in CNN_OPTIMIZERS.items()},
                      chosen=chosen)
     return
   if args.controls:
