@@ -201,10 +201,10 @@ def joined_markdown(per_round: list[dict], whole: list[dict]) -> str:
   fault after round 1 leaves the first round as it is: its per-round cell is the
   correct mechanism's."""
   def key(name: str) -> str:  # (the per-round table predates the optimizer axis)
-    return name[:-len("/opt=sgd")] if name.endswith("/opt=sgd") else name
+    return name.removesuffix("/opt=sgd")
   first = {(key(r["mechanism"]), r["variant"]): r for r in per_round}
-  lines = ["| mechanism | variant | whole run: lower bound | certified (T rounds) | caught | "
-           "trials | seconds | round 1: lower bound | certified (round 1) |",
+  lines = [("| mechanism | variant | whole run: lower bound | certified (T rounds) | caught | "
+            "trials | seconds | round 1: lower bound | certified (round 1) |"),
            "|---|---|---|---|---|---|---|---|---|"]
   for r in whole:
     same = "none" if r["variant"] in ("late_noise_div10", *NOT_A_FAULT) else r["variant"]

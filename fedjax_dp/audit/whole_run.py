@@ -84,11 +84,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.audit import estimators
-from fedjax_dp.audit import run_host
+from fedjax_dp.audit import estimators, run_host
 from fedjax_dp.audit.run_host import late_start
-from fedjax_dp.privacy import clip_modes
-from fedjax_dp.privacy import correlated
+from fedjax_dp.privacy import clip_modes, correlated
 from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import client as client_lib
 from fedjax_dp.training import engine
