@@ -30,12 +30,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_dp.audit.audit import NO_CLIP  # the per-round audit's threshold
 from fedjax_dp.config import noise_identity
 from fedjax_dp.host import server
 from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import engine
-
-NO_CLIP = 1e6  # the 'no_clip' variant's threshold (as the per-round audit's)
 
 
 def late_start(rounds: int) -> int:

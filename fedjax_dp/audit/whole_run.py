@@ -369,6 +369,10 @@ def _lanes(setup, options, plans, pair, params, target, drop_at):
   fn = _round_fn(setup.model, rcfg, target, int(pair.x.shape[2]), drop_at)
   state = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (lanes,) + jnp.shape(v)),
                                  rounds_lib.carried_params(rcfg, params))
+  # A deterministic rule's cohorts are public, and upload/step placement releases the
+  # target's upload only when it is selected; a random rule's central draw stays
+  # hidden (inclusion-aware: the increment is scored every round).
+  hidden = setup.privacy.placement == "central" and not setup.privacy.rule.deterministic
   xs, ms, seen, sigma, rnd = [], [], [], [], first
   for t in range(plans.num_rounds):
     rnd = rnd if t == 0 else plans.plan(t)
@@ -377,10 +381,6 @@ def _lanes(setup, options, plans, pair, params, target, drop_at):
     state, x, m, on, metrics, val = fn(state, pair, rnd.args, jnp.asarray(cols), gain,
                                        jnp.asarray(rnd.val_std, jnp.float32))
     plans.record(t, jax.device_get(metrics), np.asarray(val))
-    # A deterministic rule's cohorts are public, and upload/step placement releases
-    # the target's upload only when it is selected; a random rule's central draw
-    # stays hidden (inclusion-aware: the increment is scored every round).
-    hidden = setup.privacy.placement == "central" and not setup.privacy.rule.deterministic
     seen.append(rnd.active & (True if hidden else np.asarray(on)))
     xs.append(np.asarray(x, np.float64))
     ms.append(np.asarray(m, np.float64))
