@@ -204,6 +204,26 @@ def _round_fn(model, rcfg, target: int, n_max: int, drop_at: int = -1):
   return jax.jit(jax.vmap(lane, in_axes=(0, None, 0, None, None, 0)))
 
 
+@functools.lru_cache(maxsize=8)
+def _clean_fn(model, ccfg, n_max: int):
+  """Jitted :func:`_client` of the adversary's noiseless client (:func:`_clean_config`)."""
+  return jax.jit(_client(model, _clean_config(ccfg, n_max)))
+
+
+@functools.lru_cache(maxsize=8)
+def _moved_fn(model, rcfg, target: int, n_max: int):
+  """Jitted ``fn(params, pair, a) -> (w [P], u [P])``: the global model after one
+  round ``a`` from ``params`` and the target's noiseless update in it (:func:`_gain`)."""
+  clean = _client(model, _clean_config(rcfg.client, n_max))
+
+  @jax.jit
+  def moved(params, pair, a):
+    new, _ = engine.round_step(model, rcfg, rounds_lib.carried_params(rcfg, params), pair, a)
+    return (_audit._flat(rounds_lib.model_params(new)),  # pylint: disable=protected-access
+            clean(params, pair, a, jnp.float32(0.0), jnp.int32(target)))
+  return moved
+
+
 def _columns(setup, params, pair, target: int, a) -> np.ndarray:
   """The coordinates the attack reads (at the initial model). Central placement: those
   the canary moves and no other client's update does: there the aggregate moves by
@@ -213,7 +233,7 @@ def _columns(setup, params, pair, target: int, a) -> np.ndarray:
   minibatches: those the target's other examples leave alone, so that which of them
   a step drew does not move the projection, as in the per-round audit)."""
   n_max = int(pair.x.shape[2])
-  clean = jax.jit(_client(setup.model, _clean_config(setup.round_cfg.client, n_max)))
+  clean = _clean_fn(setup.model, setup.round_cfg.client, n_max)
   zero = jnp.zeros((), jnp.float32)
   one, out = a._replace(data_id=np.int32(1)), a._replace(data_id=np.int32(0))
   c_out = np.asarray(clean(params, pair, out, zero, np.int32(target)))
@@ -250,18 +270,9 @@ def _gain(setup, params, pair, a, target: int, cols: np.ndarray) -> float:
   one = jax.tree_util.tree_map(lambda x: None if x is None else np.asarray(x)[has[0]], a)
   one = one._replace(central_noise=np.float32(0.0), count_noise=(
       None if one.count_noise is None else np.float32(0.0)))
-  n_max = int(pair.x.shape[2])
-  clean = _client(setup.model, _clean_config(rcfg.client, n_max))
-
-  @jax.jit
-  def moved(bit):
-    b = one._replace(data_id=bit)
-    new, _ = engine.round_step(setup.model, rcfg, rounds_lib.carried_params(rcfg, params),
-                               pair, b)
-    return (_audit._flat(rounds_lib.model_params(new)),  # pylint: disable=protected-access
-            clean(params, pair, b, jnp.float32(0.0), jnp.int32(target)))
-
-  (w1, u1), (w0, u0) = moved(np.int32(1)), moved(np.int32(0))
+  moved = _moved_fn(setup.model, rcfg, target, int(pair.x.shape[2]))
+  (w1, u1), (w0, u0) = (moved(params, pair, one._replace(data_id=np.int32(bit)))
+                        for bit in (1, 0))
   du = np.asarray(u1 - u0, np.float64)[cols]
   dw = np.asarray(w1 - w0, np.float64)[cols]
   return float(dw @ du / max(du @ du, 1e-300))
@@ -358,14 +369,23 @@ def _target(setup, options) -> int:
   return 0
 
 
-def _lanes(setup, options, plans, pair, params, target, drop_at):
-  """Runs the lanes' T rounds; returns ``(x [L, T, M], m, seen [L, T], sigma [L, T],
-  the largest planned noise scale of round 1)``."""
-  rcfg, lanes = setup.round_cfg, int(plans.bits.size)
-  first = plans.plan(0)
+def _probe(setup, params, pair, target: int, first: run_host.Round):
+  """``(cols, gain)``: the attack's coordinates (:func:`_columns`) and the target's
+  gain (:func:`_gain`), read from the first chunk's round 1 and kept for the others
+  (both are the mechanism's, not a trial's: each new chunk would only compile them
+  again)."""
   cols = _columns(setup, params, pair, target, jax.tree_util.tree_map(
       lambda v: None if v is None else np.asarray(v)[0], first.args))
-  gain = np.float32(_gain(setup, params, pair, first.args, target, cols))
+  return cols, np.float32(_gain(setup, params, pair, first.args, target, cols))
+
+
+def _lanes(setup, plans, pair, params, target, drop_at, probe=None):
+  """Runs the lanes' T rounds; returns ``(x [L, T, M], m, seen [L, T], sigma [L, T],
+  the largest planned noise scale of round 1, probe)`` (``probe``: :func:`_probe`'s,
+  computed here when not given)."""
+  rcfg, lanes = setup.round_cfg, int(plans.bits.size)
+  first = plans.plan(0)
+  cols, gain = probe if probe is not None else _probe(setup, params, pair, target, first)
   fn = _round_fn(setup.model, rcfg, target, int(pair.x.shape[2]), drop_at)
   state = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (lanes,) + jnp.shape(v)),
                                  rounds_lib.carried_params(rcfg, params))
@@ -386,7 +406,7 @@ def _lanes(setup, options, plans, pair, params, target, drop_at):
     ms.append(np.asarray(m, np.float64))
     sigma.append(_weights_sigma(setup, rnd, target))
   return (np.stack(xs, 1), np.stack(ms, 1), np.stack(seen, 1), np.stack(sigma, 1),
-          float(np.max(first.sigma)))
+          float(np.max(first.sigma)), (cols, gain))
 
 
 def audit_run(cfg, options=None) -> _audit.AuditResult:
@@ -443,10 +463,11 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
     pair = pair._replace(y=pair.y.at[:, target, :rows].set(REGRESSION_LABEL))
   seeds, bits = _audit._trials(options.seed, int(options.trials))  # pylint: disable=protected-access
   step = int(options.lanes_per_call) or max(1, min(seeds.size, 256))
-  parts, certified, rounds, noise = [], [], 0, 0.0
+  parts, certified, rounds, noise, probe = [], [], 0, 0.0, None
   for idx, kept in _audit._chunks(seeds.size, step):  # pylint: disable=protected-access
     plans = run_host.make(cfg, setup, seeds[idx], bits[idx], options.variant)
-    x, m, seen, sigma, noise = _lanes(setup, options, plans, pair, params, target, drop_at)
+    x, m, seen, sigma, noise, probe = _lanes(setup, plans, pair, params, target, drop_at,
+                                             probe)
     parts.append(_scores(setup, x, m, seen, sigma)[:, :kept])
     certified.append(plans.certified_epsilon())
     rounds = max(rounds, x.shape[1])
