@@ -128,3 +128,23 @@ def test_lane_plans_equal_the_shared_plan_and_follow_their_own_counts():
   want = [server.next_clip(spec, float(first.args.clip[i]), counts[i]) for i in range(3)]
   np.testing.assert_allclose(clips, want, rtol=1e-6)
   assert len(set(np.round(clips, 6))) == 3
+
+
+def test_a_deterministic_top_k_rule_puts_the_canary_on_a_client_it_selects():
+  """Wasserstein top-K never selects client 0 here: the canary goes to the first client
+  round 1 selects, so the attack sees it (before: client 0, a lower bound of 0 for every
+  broken variant)."""
+  import numpy as np
+
+  from fedjax_dp import experiment
+  from fedjax_dp.audit import run_host, whole_run
+  from fedjax_dp.host import server
+
+  cfg = small_config(RUN, **{"server.selection": "wasserstein_topk",
+                             "server.clients_per_round": 5})
+  setup = experiment.build(cfg)
+  target = whole_run._target(cfg, setup, AuditOptions())  # pylint: disable=protected-access
+  spec = run_host.spec_of(cfg, setup)
+  for t in range(int(cfg.rounds)):
+    idx, sel = server.cohort(spec, t)
+    assert target in set(np.asarray(idx)[np.asarray(sel) > 0].tolist())

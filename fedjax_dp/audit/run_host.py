@@ -93,7 +93,7 @@ def _sigma(privacy, plan) -> np.ndarray:
   return np.full(client.shape, central) if privacy.placement == "central" else client
 
 
-def _spec(cfg, setup) -> server.ServerSpec:
+def spec_of(cfg, setup) -> server.ServerSpec:
   """The run's :class:`fedjax_dp.host.server.ServerSpec` with its noise stream (as
   :class:`fedjax_dp.host.run_loop.RunLoop` makes it; each lane varies the seed)."""
   stream = noise_identity.stream(cfg, setup.data_fingerprint)
@@ -107,7 +107,7 @@ class SharedPlan:
   """An open-loop run's rounds, planned once and given each lane's cohorts."""
 
   def __init__(self, cfg, setup, seeds: np.ndarray, bits: np.ndarray, variant: str):
-    spec = _spec(cfg, setup)
+    spec = spec_of(cfg, setup)
     state, self.rounds, self.sigmas, self.client_noise = server.init(spec), [], [], []
     while True:
       state, args = server.plan_round(spec, state)
@@ -188,7 +188,7 @@ class LanePlans:
   """A closed-loop run: each lane planned by its own server state (module docstring)."""
 
   def __init__(self, cfg, setup, seeds: np.ndarray, bits: np.ndarray, variant: str):
-    spec = _spec(cfg, setup)
+    spec = spec_of(cfg, setup)
     spec = spec._replace(privacy=_SharedAccountant(spec.privacy))
     self.specs = [spec._replace(seed=int(s)) for s in seeds]
     # A fresh state reads no seed (the schedule's and the accountant's initial states,

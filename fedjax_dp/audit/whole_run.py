@@ -86,6 +86,7 @@ import numpy as np
 
 from fedjax_dp.audit import estimators, run_host
 from fedjax_dp.audit.run_host import late_start
+from fedjax_dp.host import server
 from fedjax_dp.privacy import clip_modes, correlated
 from fedjax_dp.privacy.schedules import get_schedule
 from fedjax_dp.training import client as client_lib
@@ -354,7 +355,7 @@ def _scores(setup, x, m, seen, sigma) -> np.ndarray:
   return np.concatenate([np.stack(whole), (own / norms).T])
 
 
-def _target(setup, options) -> int:
+def _target(cfg, setup, options) -> int:
   """The canary's client: ``options.target``; else the first client of eligibility
   group 0 (``cyclic_poisson``), or under a deterministic rule the first client the
   run's first round selects, or client 0."""
@@ -364,6 +365,9 @@ def _target(setup, options) -> int:
       raise ValueError(f"audit.target must be in [0, {setup.num_clients}), got "
                        f"{options.target}")
     return int(options.target)
+  if privacy.rule.deterministic:  # top-K may never select client 0
+    idx, sel = server.cohort(run_host.spec_of(cfg, setup), 0)
+    return int(np.asarray(idx)[np.asarray(sel) > 0][0])
   if privacy.groups is not None:
     return int(np.flatnonzero(np.asarray(privacy.groups) == 0)[0])
   return 0
@@ -436,7 +440,7 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
   _check(cfg, setup, options)
   privacy = setup.privacy
   drop_at = dropped_round(setup) if options.variant == "band_state_dropped" else -1
-  target = _target(setup, options)
+  target = _target(cfg, setup, options)
   level = "client" if privacy.placement == "central" or privacy.level == "client" \
       else "example"
   relation = "add_remove" if privacy.poisson_steps else "replace_one"
