@@ -85,6 +85,6 @@ def test_whole_run_audit_catches_tree_noise_div10():
   cfg = small_config({"model.name": "logistic", "client.clip_mode": "update_l2",
                       "privacy.placement": "central", "rounds": 4,
                       "privacy.epsilon": 3.0, "privacy.mechanism": "tree",
-                      "server.selection": "all"})
+                      "server.selection": "all", "data.samples_per_client": 20})
   bad = audit_run(cfg, AuditOptions(trials=400, variant="noise_div10"))
   assert bad.epsilon_lower > bad.epsilon_certified, bad

@@ -87,10 +87,15 @@ def _idle(a: engine.RoundArgs) -> engine.RoundArgs:
                     central_noise=np.float32(0.0), count_noise=np.float32(0.0))
 
 
-def _sigma(privacy, plan) -> np.ndarray:
-  """``[U]`` the noise each client's release gets (central: the server's, to all)."""
-  client, central = privacy.device_noise(plan.noise, plan.central_noise)
-  return np.full(client.shape, central) if privacy.placement == "central" else client
+def _sigma(privacy, plan, args: engine.RoundArgs) -> np.ndarray:
+  """``[U]`` the noise each client's release gets as the engine gets it (central: the
+  server's, to all). Central noise is read from the round's ``args``, not the plan:
+  the private median scales the sum's noise with the round's bound ``S_t`` (and gives
+  part of the multiplier to the count), so each lane's sum gets its own scale."""
+  client, _ = privacy.device_noise(plan.noise, plan.central_noise)
+  if privacy.placement == "central":
+    return np.full(client.shape, float(args.central_noise))
+  return client
 
 
 def spec_of(cfg, setup) -> server.ServerSpec:
@@ -114,7 +119,7 @@ class SharedPlan:
       if args is None:
         break
       self.rounds.append(args)
-      self.sigmas.append(_sigma(setup.privacy, state.planned.plan))
+      self.sigmas.append(_sigma(setup.privacy, state.planned.plan, args))
       self.client_noise.append(setup.privacy.device_noise(state.planned.plan.noise,
                                                           state.planned.plan.central_noise)[0])
       state, row = server.record(spec, state, _ZERO, (0.0, 0.0), 0.0)
@@ -210,7 +215,7 @@ class LanePlans:
         vals.append(0.0)
         continue
       rows.append(args._replace(data_id=np.int32(self.bits[i])))
-      sigmas.append(_sigma(self.privacy, state.planned.plan))
+      sigmas.append(_sigma(self.privacy, state.planned.plan, args))
       vals.append(max(state.planned.val_std, 0.0))
     if not any(active):
       if t == 0:
