@@ -158,3 +158,35 @@ def test_a_deterministic_top_k_rule_puts_the_canary_on_a_client_it_selects():
   for t in range(int(cfg.rounds)):
     idx, sel = server.cohort(spec, t)
     assert target in set(np.asarray(idx)[np.asarray(sel) > 0].tolist())
+
+
+def test_a_variants_threshold_never_becomes_the_next_planned_bound():
+  """no_clip hands the engine the threshold NO_CLIP, which the device reports as the
+  round's bound: the lane records the bound it planned, so the private median's next
+  bound (and the noise scaled with it) is the correct run's (before: 1e6 times the
+  update, every later round drowned in noise and no_clip read 1.7 at 16000 trials)."""
+  import numpy as np
+
+  from fedjax_dp import experiment
+  from fedjax_dp.audit import run_host
+  from fedjax_dp.host import server
+
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 10,
+                             "server.clip_rule": "private_median",
+                             "server.clip_count_std": 100.0})
+  setup = experiment.build(cfg)
+  seeds, bits = np.asarray([3, 4], np.uint32), np.asarray([0, 1], np.int32)
+  ok = run_host.LanePlans(cfg, setup, seeds, bits, "none")
+  bad = run_host.LanePlans(cfg, setup, seeds, bits, "no_clip")
+  counts = np.asarray([4.0, 9.0])
+  zero = {"train_loss": np.zeros(2), "grad_norm": np.zeros(2), "update_norm": np.zeros(2),
+          "num_selected": np.full(2, 10)}
+  for lanes in (ok, bad):
+    first = lanes.plan(0)  # the device reports the threshold it got as the bound
+    lanes.record(0, {**zero, "clip_bound": first.args.clip, "clip_count": counts}, np.zeros(2))
+  good, broken = ok.plan(1), bad.plan(1)
+  want = [server.next_clip(ok.specs[0], float(cfg.client.clip), c) for c in counts]
+  np.testing.assert_allclose(good.args.clip, want, rtol=1e-6)
+  assert np.all(broken.args.clip == run_host.NO_CLIP)  # the fault itself
+  np.testing.assert_allclose(broken.sigma, good.sigma, rtol=1e-6)
+  np.testing.assert_allclose(broken.args.central_noise, good.args.central_noise, rtol=1e-6)

@@ -221,6 +221,9 @@ class LanePlans:
       if t == 0:
         raise ValueError("no trial's run plays round 1: nothing to audit")
       return None  # every lane's run has stopped (its budget): the runs end here
+    # The bound each lane planned (before the variant): the run records it, so a
+    # variant's threshold (no_clip's) never becomes the next round's planned bound.
+    self.planned_clip = np.asarray([np.nan if a is None else float(a.clip) for a in rows])
     template = _idle(next(a for a in rows if a is not None))
     rows = [a if a is not None else template._replace(
         seed=np.uint32(s.seed), data_id=np.int32(b))
@@ -237,6 +240,8 @@ class LanePlans:
       if state.planned is None:
         continue
       m = {k: float(v[i]) for k, v in metrics.items()}
+      if "clip_bound" in m:
+        m["clip_bound"] = float(self.planned_clip[i])
       released = float(val[i]) if state.planned.val_std >= 0 else None
       # The test metrics are not computed: no plan here reads them (closed loops read
       # the released clip count or validation score; audit_run refuses the others).
