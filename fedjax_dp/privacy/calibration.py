@@ -62,8 +62,13 @@ def solve_decreasing(eps_fn: Callable[[np.ndarray], np.ndarray], target: np.ndar
   tgt = target.reshape(-1).astype(np.float64)
   n = tgt.size
 
+  def x_of(u):
+    # exp(log(lower)) may round one ulp below ``lower`` (the libm differs between CPUs),
+    # and an eps_fn may refuse anything below it (accountant='pld''s smallest PLD).
+    return np.clip(np.exp(u), lower, upper)
+
   def f(u):
-    return np.asarray(eps_fn(np.exp(u)), dtype=np.float64).reshape(-1) - tgt
+    return np.asarray(eps_fn(x_of(u)), dtype=np.float64).reshape(-1) - tgt
 
   u_lo_lim, u_hi_lim = math.log(lower), math.log(upper)
   u0 = np.full(n, math.log(x0))
@@ -123,7 +128,7 @@ def solve_decreasing(eps_fn: Callable[[np.ndarray], np.ndarray], target: np.ndar
     lo = np.where(go_lo, u, lo)
     flo = np.where(go_lo, fu, flo)
     side = np.where(go_hi, 1, np.where(go_lo, -1, side)).astype(np.int8)
-  x = np.exp(hi)
+  x = x_of(hi)
   x = np.where(unreachable, np.inf, x)
   x = np.where(free, lower, x)
   return x.reshape(shape)
