@@ -94,6 +94,49 @@ def test_whole_run_audit_of_a_closed_loop_plans_each_trial_from_its_releases():
   assert bad.epsilon_lower > bad.epsilon_certified, bad
 
 
+def test_whole_run_audit_catches_no_clip_under_the_private_median_s_hidden_cohort():
+  """Five of ten clients per round (hidden: central noise, uniform rule) and the
+  private median's bound S_t, which its count noise (std 100 against a cohort of 5)
+  moves by factors of 10^3: no_clip releases the canary's unclipped update under noise
+  scaled to a tiny S_t in some trials' rounds. The projection attack weighs a round
+  that left the target out by the same 1 / sigma^2, so those rounds' noise drowned the
+  evidence (1.33 and 1.00 at seeds 0 and 1, against 2.0); the exact mixture ratio
+  (whole_run.mixture_scores) reads 2.55 and 2.33, the correct run 0.00 and 0.00."""
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 5,
+                             "server.clip_rule": "private_median",
+                             "server.clip_count_std": 100.0})
+  ok = audit_run(cfg, AuditOptions(trials=TRIALS))
+  assert ok.epsilon_lower <= ok.epsilon_certified, ok
+  bad = audit_run(cfg, AuditOptions(trials=TRIALS, variant="no_clip"))
+  assert bad.epsilon_lower > bad.epsilon_certified, bad
+
+
+def test_mixture_scores_are_the_likelihood_ratio_and_ignore_a_left_out_round_s_noise():
+  """With the target in every round (q = 1) the mixture ratio is the projection
+  ``gain <x, m> / sigma^2``; a round that leaves it out (x = rest + noise) scores
+  about 0 however small its noise, where the projection grows as 1 / sigma."""
+  import numpy as np
+
+  from fedjax_dp.audit.whole_run import Releases, mixture_scores
+  rng = np.random.default_rng(0)
+  n, t, d, gain = 400, 3, 5, 0.2
+  m = rng.normal(size=(n, t, d))
+  rest = 0.3 * gain * m
+  sigma = np.array([1.0, 1e-3, 1e-6])[None].repeat(n, 0)
+  x = rng.normal(size=(n, t, d)) * sigma[:, :, None]
+  seen = np.ones((n, t), bool)
+  full = mixture_scores(Releases(x, m, rest, seen, sigma, gain), np.ones(t))
+  np.testing.assert_allclose(full, gain * np.sum(x * m, 2) / sigma ** 2, rtol=1e-6)
+  absent = mixture_scores(Releases(x + rest, m, rest, seen, sigma, gain), np.full(t, 0.5))
+  projected = np.abs(np.sum((x + rest) * m, 2)) / sigma ** 2
+  assert np.all(np.abs(absent[:, 1:]) < 1e-6) and np.all(projected[:, 1:] > 1e3), absent
+  inside = mixture_scores(Releases(x + 0.5 * gain * m, m, rest, seen, sigma, gain),
+                          np.full(t, 0.5))
+  assert np.all(inside[:, 1:] > 0), inside  # drawn and in: far above any left-out round
+  never = mixture_scores(Releases(x, m, rest, seen, sigma, gain), np.zeros(t))
+  assert np.all(never == 0.0)
+
+
 def test_lane_plans_equal_the_shared_plan_and_follow_their_own_counts():
   """The per-lane host (closed loops) plans an open-loop run as the shared plan does,
   lane by lane; under the private median each lane's next clip bound follows its own

@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--rerun-uncaught", type=int, default=0, metavar="F",
                  help="re-audit the table's broken variants not caught at F times their "
                  "trials (the table's CSV in --out; its rows replaced)")
+  p.add_argument("--replace", action="store_true",
+                 help="with --only: re-audit those mechanisms and replace their rows in the "
+                 "table's CSV in --out (the rest kept; the re-run recorded in its meta)")
   p.add_argument("--resume", action="store_true",
                  help="keep the mechanisms already in this shard's CSV and audit the rest")
   p.add_argument("--merge", type=int, default=0, metavar="N",
@@ -278,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
   print(f"{len(all_mechanisms)} accepted mechanisms; auditing {len(chosen)} (every "
         f"combination of {', '.join(CORE)}, then each selection rule; shard {args.shard})",
         flush=True)
+  if args.replace:
+    return replace_rows(out, stem, base, chosen, args)
   t0 = time.time()
   suffix = f".{index}" if count > 1 else ""
   rows, done = [], set()
@@ -336,12 +341,50 @@ def rerun_uncaught(out: Path, stem: str, base, args) -> int:
     print(redone[-1], flush=True)
   _write_csv(path, rows)
   _write_markdown(out, stem, rows, args.whole_run)
+  _record_rerun(out, stem, redone)
+  return 0
+
+
+def _record_rerun(out: Path, stem: str, redone: list[str]) -> None:
+  """Appends this re-run (command, commit, the rows it made) to ``<stem>_meta.json``."""
   meta_path = out / f"{stem}_meta.json"
   meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
   meta.setdefault("reruns", []).append({
       "command": "python -m fedjax_dp.audit.table " + " ".join(sys.argv[1:]),
       "git_commit": _CODE_COMMIT[0], "rows": redone})
   meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def replace_rows(out: Path, stem: str, base, chosen: list[dict], args) -> int:
+  """Re-audits the mechanisms ``chosen`` (``--only``) and puts their rows in place of
+  theirs in ``<stem>.csv`` (the others kept), e.g. after a change of the attack that
+  only they use; recorded in the meta file."""
+  if not args.only:
+    raise SystemExit("--replace needs --only (the mechanisms to re-audit)")
+  path = out / f"{stem}.csv"
+  rows = list(csv.DictReader(path.read_text().splitlines()))
+  new, redone = {}, []
+  for m in chosen:
+    name = mechanism_name(m)
+    if not any(r["mechanism"] == name for r in rows):
+      raise SystemExit(f"{name} has no rows in {path}: run the table for it first")
+    new[name] = audit_mechanism(base, m, args.trials, args.escalate, args.seed,
+                                not args.no_run_certificate,
+                                run_variants(base, m) if args.whole_run else VARIANTS,
+                                whole_run=args.whole_run)
+    redone += [f"{r['mechanism']} {r['variant']}: {r['trials']} trials, lower "
+               f"{r['epsilon_lower']:.3f} vs {r['epsilon_certified']:.3f}" for r in new[name]]
+  merged, placed = [], set()
+  for r in rows:
+    if r["mechanism"] not in new:
+      merged.append(r)
+    elif r["mechanism"] not in placed:
+      merged.extend(new[r["mechanism"]])
+      placed.add(r["mechanism"])
+  _write_csv(path, merged)
+  _write_markdown(out, stem, merged, args.whole_run)
+  _record_rerun(out, stem, redone)
+  print(f"replaced the rows of {len(new)} mechanisms in {path}", flush=True)
   return 0
 
 

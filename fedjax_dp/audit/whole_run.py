@@ -45,9 +45,15 @@ weight and the server's step (:func:`_gain`, public). The attacks
   aggregation's late fault: rounds 3 and 4 of 4 at a tenth of the noise, which the
   whole-run statistic, weighted as planned, reads mostly as rounds 1 and 2);
 * ``round t`` (one attack per round): ``<w_t - w_{t-1}, d_t>``: a single round whose
-  noise is too small stands out, whatever the others (a late fault).
+  noise is too small stands out, whatever the others (a late fault);
+* ``mixture from round s`` (central noise under a random rule, independent Gaussian
+  noise): the exact likelihood ratio of rounds s .. T when the adversary does not see
+  whether a round's cohort holds the target (:func:`mixture_scores`). The projection
+  weighs a round that left the target out like one that holds it, so where the
+  rounds' noise differs by orders of magnitude (the private median's bound under its
+  count noise) the quietest rounds' noise drowns every other trial's evidence.
 
-so ``2 T`` attacks share the significance (Bonferroni).
+so ``2 T`` attacks share the significance (``3 T`` with the mixtures; Bonferroni).
 
 Variants: ``none``, ``noise_div10`` and ``no_clip`` (as the per-round audit),
 ``late_noise_div10``: a tenth of the planned noise from round ``floor(T / 2) + 1`` on
@@ -79,6 +85,7 @@ import functools
 import importlib
 import math
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -98,8 +105,8 @@ _audit = importlib.import_module("fedjax_dp.audit.audit")
 RUN_VARIANTS = ("none", "noise_div10", "no_clip", "late_noise_div10", "band_state_dropped")
 LOCAL = ("upload", "step")
 REGRESSION_LABEL = 1e8  # a regression canary's label (audit_run: it keeps the canary pulling)  # placements whose release is each client's noisy upload
-__all__ = ["RUN_VARIANTS", "audit_run", "dropped_round", "late_start", "noise_covariance",
-           "whitened_scores"]
+__all__ = ["RUN_VARIANTS", "Releases", "audit_run", "dropped_round", "late_start",
+           "mixture_scores", "noise_covariance", "whitened_scores"]
 
 
 def dropped_round(setup) -> int:
@@ -168,11 +175,14 @@ def _client(model, ccfg):
 @functools.lru_cache(maxsize=8)
 def _round_fn(model, rcfg, target: int, n_max: int, drop_at: int = -1):
   """Jitted ``fn(state [L], pair, args [L], cols, gain, val_std [L])``: one round of
-  every lane, returning ``(state, x [L, M], m [L, M], seen [L], metrics, val [L])``.
+  every lane, returning ``(state, x [L, M], m [L, M], rest [L, M], seen [L], metrics,
+  val [L])``.
 
   ``m`` is the target's noiseless ``in`` minus ``out`` upload at the model the round
   starts from (the previous release, which the adversary sees) on the coordinates
-  ``cols`` that no other client moves; ``x`` the release about the midpoint of the
+  ``cols`` that no other client moves; ``rest`` the release's mean about that
+  midpoint in a round whose cohort leaves the target out (central placement;
+  zeros for upload and step placement); ``x`` the release about the midpoint of the
   two: central placement, the new global model's increment minus ``gain`` times the
   midpoint's (the target's aggregation weight and the server's step); upload and step
   placement, the target's own noisy upload (keyed as the engine keys it) minus the
@@ -201,7 +211,11 @@ def _round_fn(model, rcfg, target: int, n_max: int, drop_at: int = -1):
     else:
       x = _audit._flat(rounds_lib.model_params(new)) - prev - gain * (mid - prev)  # pylint: disable=protected-access
     val = engine.selected_accuracy(model, rounds_lib.model_params(new), pair, a, val_std)[0]
-    return new, x[cols], (c_in - c_out)[cols], jnp.any(on), metrics._asdict(), val
+    # Where the cohort leaves the target out, x is the noise about -gain (mid - prev):
+    # not 0 once the model has learned one side of the pair (its update vanishes).
+    rest = jnp.zeros_like(prev) if local else -gain * (mid - prev)
+    return (new, x[cols], (c_in - c_out)[cols], rest[cols], jnp.any(on), metrics._asdict(),
+            val)
   return jax.jit(jax.vmap(lane, in_axes=(0, None, 0, None, None, 0)))
 
 
@@ -326,19 +340,73 @@ def _weights_sigma(setup, rnd: run_host.Round, target: int) -> np.ndarray:
   return np.where(sigma > 0, sigma, 1.0)
 
 
-def _scores(setup, x, m, seen, sigma) -> np.ndarray:
-  """``[A, n]`` the attacks' scores of the trials from the releases ``x [n, T, M]``
-  about the midpoints, the directions ``m [n, T, M]``, which rounds the adversary
-  sees the target's release in (``seen [n, T]``) and the planned noise ``sigma [n, T]``.
+class Releases(NamedTuple):
+  """What the adversary reads of ``n`` trials' T rounds (:func:`_lanes`)."""
+
+  x: np.ndarray      # [n, T, M] the release about the midpoint of the target's two
+  m: np.ndarray      # [n, T, M] the target's noiseless in-minus-out update
+  rest: np.ndarray   # [n, T, M] the release's mean when the cohort leaves it out
+  seen: np.ndarray   # [n, T] which rounds the adversary sees the target's release in
+  sigma: np.ndarray  # [n, T] the planned noise
+  gain: float        # the target's aggregation weight times the server's step
+
+
+def _hidden(setup) -> bool:
+  """Central noise under a random rule: the adversary never sees the cohort."""
+  return setup.privacy.placement == "central" and not setup.privacy.rule.deterministic
+
+
+def _inclusion(setup, target: int, rounds: int) -> np.ndarray:
+  """``[T]`` the probability that round t's (hidden) cohort holds the target: the
+  rule's per-round rate (``privacy.q``); under a rule with groups (``cyclic_poisson``)
+  its rate in the target's eligible rounds ``t % period == g_target`` and 0 in the
+  others. Public: the rule's, drawn without data."""
+  privacy = setup.privacy
+  if privacy.groups is None:
+    return np.full(rounds, float(privacy.q))
+  eligible = np.arange(rounds) % int(privacy.period) == int(privacy.groups[target])
+  return np.where(eligible, float(privacy.rule_rate), 0.0)
+
+
+def mixture_scores(rel: Releases, q: np.ndarray) -> np.ndarray:
+  """``[n, T]`` each round's exact log-likelihood ratio, in against out, of a central
+  release under a hidden cohort with independent Gaussian noise: the round holds the
+  target with probability ``q_t``, and then moves by ``+gain m / 2`` (in) or
+  ``-gain m / 2`` (out) about the midpoint, else by ``rest``, plus noise of std
+  ``sigma`` per coordinate:
+  ``log(q N(x; +g m/2) + (1 - q) N(x; rest)) - log(q N(x; -g m/2) + (1 - q) N(x; rest))``.
+
+  The projection ``<x, m> / sigma^2`` is this ratio only when the target is in every
+  round: a round that leaves it out adds noise of scale ``|m| / sigma`` to it, and
+  where the rounds' noise differs by orders of magnitude (the private median's count
+  noise moves its bound ``S_t`` by factors of 10^3), the quietest rounds' noise
+  outweighs every other trial's evidence. Here a left-out round scores about 0
+  whatever its noise."""
+  def log_gauss(mu):  # log N(x; mu) + |x|^2 / (2 sigma^2): the |x|^2 terms cancel
+    return (2.0 * np.sum(rel.x * mu, 2) - np.sum(mu * mu, 2)) / (2.0 * rel.sigma ** 2)
+  half = 0.5 * rel.gain * rel.m
+  with np.errstate(divide="ignore"):
+    lq, l1 = np.log(q)[None], np.log1p(-q)[None]
+  absent = l1 + log_gauss(rel.rest)
+  out = (np.logaddexp(lq + log_gauss(half), absent)
+         - np.logaddexp(lq + log_gauss(-half), absent))
+  return np.where(rel.seen & (q[None] > 0), out, 0.0)
+
+
+def _scores(setup, rel: Releases, q: np.ndarray) -> np.ndarray:
+  """``[A, n]`` the attacks' scores of the trials (:class:`Releases`; ``q [T]`` the
+  target's inclusion probability per round, :func:`_inclusion`).
 
   Gaussian noise: the whole-run likelihood ratio, whitened by the noise's covariance
   across rounds (correlated mechanisms: the decoder's, :func:`noise_covariance`;
   independent noise: each round weighted by ``1 / sigma^2``), the same from each later
   round on (a fault from round s on: the rounds before it only add their noise), then
-  each round on its own (projected on its unit direction). Laplace noise: the same
-  with each round's exact log-likelihood ratio ``sum_j |x_j + m_j/2| - |x_j - m_j/2|``
-  (times its scale) in place of the projection."""
-  x = np.where(seen[:, :, None], x, 0.0)
+  each round on its own (projected on its unit direction); under a hidden cohort with
+  independent noise also the exact mixture ratio (:func:`mixture_scores`) from each
+  round s on. Laplace noise: the same with each round's exact log-likelihood ratio
+  ``sum_j |x_j + m_j/2| - |x_j - m_j/2|`` (times its scale) in place of the projection."""
+  x = np.where(rel.seen[:, :, None], rel.x, 0.0)
+  m, sigma = rel.m, rel.sigma
   norms = np.maximum(np.linalg.norm(m, axis=2), 1e-30)
   rounds = x.shape[1]
   if setup.privacy.mechanism == "laplace":
@@ -352,6 +420,9 @@ def _scores(setup, x, m, seen, sigma) -> np.ndarray:
     whole = [whitened_scores(cross, cov, s) for s in range(rounds)]
   else:
     whole = [np.sum(own[:, s:] / sigma[:, s:] ** 2, axis=1) for s in range(rounds)]
+    if _hidden(setup):
+      mix = mixture_scores(rel, q)
+      whole += [np.sum(mix[:, s:], axis=1) for s in range(rounds)]
   return np.concatenate([np.stack(whole), (own / norms).T])
 
 
@@ -384,9 +455,8 @@ def _probe(setup, params, pair, target: int, first: run_host.Round):
 
 
 def _lanes(setup, plans, pair, params, target, drop_at, probe=None):
-  """Runs the lanes' T rounds; returns ``(x [L, T, M], m, seen [L, T], sigma [L, T],
-  the largest planned noise scale of round 1, probe)`` (``probe``: :func:`_probe`'s,
-  computed here when not given)."""
+  """Runs the lanes' T rounds; returns ``(Releases, the largest planned noise scale of
+  round 1, probe)`` (``probe``: :func:`_probe`'s, computed here when not given)."""
   rcfg, lanes = setup.round_cfg, int(plans.bits.size)
   first = plans.plan(0)
   cols, gain = probe if probe is not None else _probe(setup, params, pair, target, first)
@@ -396,21 +466,23 @@ def _lanes(setup, plans, pair, params, target, drop_at, probe=None):
   # A deterministic rule's cohorts are public, and upload/step placement releases the
   # target's upload only when it is selected; a random rule's central draw stays
   # hidden (inclusion-aware: the increment is scored every round).
-  hidden = setup.privacy.placement == "central" and not setup.privacy.rule.deterministic
-  xs, ms, seen, sigma, rnd = [], [], [], [], first
+  hidden = _hidden(setup)
+  xs, ms, rests, seen, sigma, rnd = [], [], [], [], [], first
   for t in range(plans.num_rounds):
     rnd = rnd if t == 0 else plans.plan(t)
     if rnd is None:  # every trial's run has stopped (a closed loop's budget)
       break
-    state, x, m, on, metrics, val = fn(state, pair, rnd.args, jnp.asarray(cols), gain,
-                                       jnp.asarray(rnd.val_std, jnp.float32))
+    state, x, m, r, on, metrics, val = fn(state, pair, rnd.args, jnp.asarray(cols), gain,
+                                          jnp.asarray(rnd.val_std, jnp.float32))
     plans.record(t, jax.device_get(metrics), np.asarray(val))
     seen.append(rnd.active & (True if hidden else np.asarray(on)))
     xs.append(np.asarray(x, np.float64))
     ms.append(np.asarray(m, np.float64))
+    rests.append(np.asarray(r, np.float64))
     sigma.append(_weights_sigma(setup, rnd, target))
-  return (np.stack(xs, 1), np.stack(ms, 1), np.stack(seen, 1), np.stack(sigma, 1),
-          float(np.max(first.sigma)), (cols, gain))
+  rel = Releases(np.stack(xs, 1), np.stack(ms, 1), np.stack(rests, 1), np.stack(seen, 1),
+                 np.stack(sigma, 1), float(gain))
+  return rel, float(np.max(first.sigma)), (cols, gain)
 
 
 def audit_run(cfg, options=None) -> _audit.AuditResult:
@@ -470,11 +542,10 @@ def audit_run(cfg, options=None) -> _audit.AuditResult:
   parts, certified, rounds, noise, probe = [], [], 0, 0.0, None
   for idx, kept in _audit._chunks(seeds.size, step):  # pylint: disable=protected-access
     plans = run_host.make(cfg, setup, seeds[idx], bits[idx], options.variant)
-    x, m, seen, sigma, noise, probe = _lanes(setup, plans, pair, params, target, drop_at,
-                                             probe)
-    parts.append(_scores(setup, x, m, seen, sigma)[:, :kept])
+    rel, noise, probe = _lanes(setup, plans, pair, params, target, drop_at, probe)
+    parts.append(_scores(setup, rel, _inclusion(setup, target, rel.x.shape[1]))[:, :kept])
     certified.append(plans.certified_epsilon())
-    rounds = max(rounds, x.shape[1])
+    rounds = max(rounds, rel.x.shape[1])
   scores = np.concatenate(parts, axis=1)
   eps = float(max(certified))
   inside = bits.astype(bool)
