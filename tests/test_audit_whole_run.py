@@ -82,32 +82,25 @@ def test_whole_run_audit_of_upload_noise_sees_the_target_s_upload_every_round():
   assert late.epsilon_lower > late.epsilon_certified, late
 
 
-def test_whole_run_audit_of_a_closed_loop_plans_each_trial_from_its_releases():
+@pytest.mark.parametrize("cohort,variant", [(10, "noise_div10"), (5, "no_clip")])
+def test_whole_run_audit_of_a_closed_loop_plans_each_trial_from_its_releases(cohort, variant):
   """The private median's clip bound follows each trial's released noisy count: every
-  lane is planned by its own server state; noise/10 is caught, the correct run is not."""
-  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 10,
-                             "server.clip_rule": "private_median",
-                             "server.clip_count_std": 100.0})
-  ok = audit_run(cfg, AuditOptions(trials=TRIALS))
-  assert ok.epsilon_lower <= ok.epsilon_certified, ok
-  bad = audit_run(cfg, AuditOptions(trials=TRIALS, variant="noise_div10"))
-  assert bad.epsilon_lower > bad.epsilon_certified, bad
+  lane is planned by its own server state; the broken variant is caught, the correct
+  run is not.
 
-
-def test_whole_run_audit_catches_no_clip_under_the_private_median_s_hidden_cohort():
-  """Five of ten clients per round (hidden: central noise, uniform rule) and the
-  private median's bound S_t, which its count noise (std 100 against a cohort of 5)
-  moves by factors of 10^3: no_clip releases the canary's unclipped update under noise
-  scaled to a tiny S_t in some trials' rounds. The projection attack weighs a round
-  that left the target out by the same 1 / sigma^2, so those rounds' noise drowned the
-  evidence (1.33 and 1.00 at seeds 0 and 1, against 2.0); the exact mixture ratio
+  Five of ten clients per round (a hidden cohort: central noise, uniform rule): the
+  count noise (std 100 against a cohort of 5) moves S_t by factors of 10^3, and
+  no_clip releases the canary's unclipped update under noise scaled to a tiny S_t in
+  some trials' rounds. The projection attack weighs a round that left the target out
+  by the same 1 / sigma^2, so those rounds' noise drowned the evidence (1.33 and 1.00
+  at seeds 0 and 1, against 2.0); the exact mixture ratio
   (whole_run.mixture_scores) reads 2.55 and 2.33, the correct run 0.00 and 0.00."""
-  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": 5,
+  cfg = small_config(RUN, **{"server.selection": "uniform", "server.clients_per_round": cohort,
                              "server.clip_rule": "private_median",
                              "server.clip_count_std": 100.0})
   ok = audit_run(cfg, AuditOptions(trials=TRIALS))
   assert ok.epsilon_lower <= ok.epsilon_certified, ok
-  bad = audit_run(cfg, AuditOptions(trials=TRIALS, variant="no_clip"))
+  bad = audit_run(cfg, AuditOptions(trials=TRIALS, variant=variant))
   assert bad.epsilon_lower > bad.epsilon_certified, bad
 
 
