@@ -176,6 +176,13 @@ def cpu_difference(meta: Mapping[str, Any], here: Mapping[str, Any] | None = Non
 # are reported on, or data that is not it.
 READS_TEST = "test set"
 READS_CLIENTS = "the selected clients' data (noised, charged by the accountant)"
+READS_UNASSIGNED = "the training examples no client holds (eval.split='unassigned')"
+
+
+def eval_reads(cfg) -> str:
+  """What a decision that reads a run's evaluation metrics reads (``eval.split``)."""
+  return READS_UNASSIGNED if cfg.get("eval", {}).get("split", "test") == "unassigned" \
+      else READS_TEST
 # Decisions whose paper states that they read the test loss (quoted): a faithful
 # reproduction keeps them, and the meta says so.
 PAPER_STATED = {
@@ -202,12 +209,13 @@ def config_decisions(cfg) -> list[dict[str, Any]]:
   if name == "adpfl":
     clients = cfg.schedule.get("validation", "server") == "clients"
     return [decision("A-DPFL noise decay (eq. (15)): the validation score",
-                     READS_CLIENTS if clients else READS_TEST)]
+                     READS_CLIENTS if clients else eval_reads(cfg))]
   if name == "geometric" and float(cfg.schedule.get("refine", 0.0)):
     name = "refine"
   if name in PAPER_STATED:
     what, quote = PAPER_STATED[name]
-    return [decision(what, READS_TEST, quote)]
+    reads = eval_reads(cfg)
+    return [decision(what, reads, quote if reads == READS_TEST else None)]
   return []
 
 

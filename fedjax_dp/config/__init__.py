@@ -64,6 +64,11 @@ def base_config() -> ConfigDict:
   c.eval = ConfigDict()
   c.eval.every = 1
   c.eval.batch_size = 2048
+  # What the run evaluates on (its test_loss / test_accuracy columns and every
+  # decision that reads them): 'test' (the dataset's test split) | 'unassigned' (the
+  # training examples no client holds: a held-out split for choosing hyperparameters
+  # without reading the test set; the federation itself is unchanged).
+  c.eval.split = "test"
 
   c.checkpoint = ConfigDict()
   # Save a checkpoint every N rounds into the run directory (0 = never); re-running
@@ -678,6 +683,7 @@ FIELD_RULES: dict[str, Rule] = {
     "schedule.t_grid": Rule("ints", 1, _I32),
     "eval.every": Rule("int", 1, _I32),
     "eval.batch_size": Rule("int", 1, _I32),
+    "eval.split": Rule("str", choices=_fixed("test", "unassigned")),
     "checkpoint.every": Rule("int", 0, _I32),
     "progress": Rule("bool"),
     "compilation_cache": Rule("str"),

@@ -247,9 +247,11 @@ def _data(cfg, cache: dict, federation: Federation | None = None):
     cache["clients", key] = (clients, pack(ds.x_train, ds.y_train, clients))
   clients, data = cache["clients", key]
   n_test = int(cfg.data.get("test_samples", 0))
-  test_key = (key if federation is not None else cfg.data.name, cfg.data.dir, n_test)
+  split = str(cfg.eval.get("split", "test"))
+  test_key = (key if federation is not None or split != "test" else cfg.data.name,
+              cfg.data.dir, n_test, split)
   if ("test", test_key) not in cache:
-    x_t, y_t = np.asarray(ds.x_test), np.asarray(ds.y_test)
+    x_t, y_t = _eval_split(ds, clients, split, federation is not None)
     if 0 < n_test < len(y_t):
       # The same subset for every run and seed (seed 0), so runs stay comparable.
       keep = np.sort(np.random.default_rng(0).permutation(len(y_t))[:n_test])
@@ -257,6 +259,31 @@ def _data(cfg, cache: dict, federation: Federation | None = None):
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
   fingerprint = cache[fkey] if federation is None else cache[fkey][0]
   return ds, clients, data, *cache["test", test_key], fingerprint
+
+
+def _eval_split(ds, clients, split: str, given: bool) -> tuple[np.ndarray, np.ndarray]:
+  """``(x, y)`` the run evaluates on: the test split, or (``'unassigned'``) the
+  training examples the partition gave no client, in their order in the pool.
+
+  Raises:
+    ValueError: ``'unassigned'`` with a federation given from Python (its clients are
+      all its training data) or a partition that uses every training example.
+  """
+  if split == "test":
+    return np.asarray(ds.x_test), np.asarray(ds.y_test)
+  if given:
+    raise ValueError("eval.split='unassigned' needs a dataset partitioned by the run; a "
+                     "federation given from Python has no unassigned examples (hold some "
+                     "out yourself and pass them as its test set)")
+  used = np.zeros(len(ds.y_train), bool)
+  for c in clients:
+    used[np.asarray(c, np.int64)] = True
+  rest = np.flatnonzero(~used)
+  if rest.size == 0:
+    raise ValueError(f"eval.split='unassigned': the partition gives all {used.size} "
+                     "training examples to clients; lower data.num_clients or "
+                     "data.samples_per_client to hold some out")
+  return np.asarray(ds.x_train)[rest], np.asarray(ds.y_train)[rest]
 
 
 def same_program(a: Setup, b: Setup) -> bool:
