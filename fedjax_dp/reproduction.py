@@ -189,8 +189,8 @@ PAPER_STATED = {
     "crd": ("Wei et al. CRD's discount trigger", '"V(w^t) is the test loss by the model w^t"'),
     "optimal_t": ("Wei et al. optimal UDP's T (the lowest final loss of the T grid)",
                   "the optimal T of Figs. 5/6, chosen on the plotted test loss"),
-    "refine": ("Yuan et al.'s online refinement of M", '"If the test loss function value at '
-               'the aggregator stops decreasing, then a new M\' is calculated"'),
+    "refine": ("Yuan et al.'s online refinement of M", ('"If the test loss function value '
+               'at the aggregator stops decreasing, then a new M\' is calculated"')),
 }
 
 
