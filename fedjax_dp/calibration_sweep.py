@@ -202,12 +202,43 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
     raise config_lib.ConfigError(f"calibrate: seeds must be >= 1 and not a grid key "
                                  f"(got seeds={seeds}, grid keys {sorted(grid)})")
   swept = {**grid, "seed": list(range(seeds))} if seeds > 1 else grid
-  # The choice reads the metric on the test set (the engine has no held-out split):
-  # recorded in the meta.json, so a reader knows the setting was picked on it.
-  repro.note_decision(repro.decision(f"eps = inf calibration: the grid point of best final "
-                                     f"{target.metric}", repro.READS_TEST))
+  held = repro.eval_reads(cfg) == repro.READS_UNASSIGNED
+  # What the choice reads (the test set, or with eval.split='unassigned' the training
+  # examples no client holds): recorded in the meta.json.
+  repro.note_decision(repro.decision(
+      f"eps = inf calibration: the grid point of best final {target.metric}"
+      + (" on the training examples no client holds" if held else ""), repro.eval_reads(cfg)))
   rows = pd.DataFrame(repro.run_sweep(cfg, swept, None if out_dir is None else str(out_dir)))
-  return calibration_table(rows, grid, target), rows
+  table = calibration_table(rows, grid, target)
+  if held:
+    table = test_at_chosen(cfg, table, target, seeds, out_dir)
+  return table, rows
+
+
+def test_at_chosen(cfg, table: pd.DataFrame, target: Target, seeds: int = 1,
+                   out_dir: str | Path | None = None) -> pd.DataFrame:
+  """``table`` (chosen on ``eval.split='unassigned'``) with the chosen setting's
+  metric on the test set: one more run of that setting per seed, evaluated on the
+  test split, which nothing chooses from. Columns ``test_value`` (and
+  ``test_value_std`` over several seeds) are NaN but on the chosen row; ``ours`` and
+  ``reaches`` stay the held-out split's."""
+  table = table.copy()
+  table["test_value"] = math.nan
+  if seeds > 1:
+    table["test_value_std"] = math.nan
+  if not table["chosen"].any():
+    return table
+  i = table.index[table["chosen"]][0]
+  test_cfg = config_lib.override(cfg, [*parse_setting(table.at[i, "setting"]),
+                                       "eval.split=test"])
+  runs = None if out_dir is None else str(Path(out_dir) / "test_at_chosen")
+  rows = pd.DataFrame(repro.run_sweep(test_cfg, {"seed": list(range(seeds))} if seeds > 1
+                                      else {"seed": [int(cfg.seed)]}, runs))
+  final = pd.to_numeric(repro.final_rows(rows)[target.metric], errors="coerce")
+  table.at[i, "test_value"] = float(final.mean())
+  if seeds > 1:
+    table.at[i, "test_value_std"] = float(final.std())
+  return table
 
 
 def run_control(cfg, grid: Mapping[str, Sequence[Any]], target: Target, label: str,
@@ -228,6 +259,24 @@ def run_control(cfg, grid: Mapping[str, Sequence[Any]], target: Target, label: s
   table = calibration_table(rows, grid, control)
   table["chosen"] = False
   return table, rows
+
+
+SELECT_ON = ("unassigned", "test")
+
+
+def add_select_arg(ap) -> None:
+  """A calibration script's ``--select-on``: the split its choices read
+  (``eval.split``; default the training examples no client holds)."""
+  ap.add_argument("--select-on", choices=SELECT_ON, default=SELECT_ON[0],
+                  help="where the grid point is chosen: 'unassigned' (the training "
+                  "examples no client holds; the chosen setting is then run once on the "
+                  "test set) or 'test' (the test set)")
+
+
+def select_suffix(select_on: str) -> str:
+  """The run folders' suffix of a choice on ``select_on`` ('' for the test set: the
+  folders of the results made before the split existed)."""
+  return "" if select_on == "test" else f"_sel-{select_on}"
 
 
 def parse_setting(text: str) -> list[str]:

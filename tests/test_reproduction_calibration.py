@@ -158,3 +158,22 @@ def test_the_plot_finds_each_curve_when_a_fixed_setting_is_appended_to_the_label
   assert (tmp_path / "cal.png").is_file()
   assert pd.read_csv(tmp_path / "baseline_calibration.csv")["setting"].tolist() == [
       "client.lr=0.1 client.clip=5.521", "client.lr=0.5 client.clip=5.521"]
+
+
+def test_a_calibration_on_the_unassigned_split_reports_the_chosen_test_value(tmp_path):
+  from fedjax_dp import reproduction as repro
+  cfg = config_lib.override(config_lib.load_config("quickstart"),
+                            ["privacy.epsilon=inf", "rounds=2", "progress=false", *_SMALL,
+                             "data.samples_per_client=60", "eval.split=unassigned"])
+  target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
+  table, rows = cs.calibrate(cfg, {"client.lr": [0.1, 0.5]}, target, out_dir=tmp_path)
+  chosen = table[table["chosen"]].iloc[0]
+  assert table["test_value"].notna().sum() == 1 and 0 < chosen["test_value"] <= 1
+  # the chosen setting run on the test split: its own number, not the held-out one
+  again = config_lib.override(cfg, [*cs.parse_setting(chosen["setting"]), "eval.split=test"])
+  fin = repro.final_rows(pd.DataFrame(repro.run_sweep(again, {"seed": [0]})))
+  assert chosen["test_value"] == pytest.approx(float(fin["test_accuracy"].iloc[0]))
+  assert chosen["test_value"] != pytest.approx(chosen["ours"])
+  assert repro.decision("eps = inf calibration: the grid point of best final test_accuracy "
+                        "on the training examples no client holds",
+                        repro.READS_UNASSIGNED) in repro._DECISIONS

@@ -62,10 +62,13 @@ PROBE = 2000  # training images the gradient norms are measured on
 CHUNK = 250  # of them per per-example-gradient batch (memory)
 
 
-def base_config(rounds: int):
-  """The paper regime without noise (clipping kept: C = 1 until the rule sets it)."""
+def base_config(rounds: int, select_on: str = "test"):
+  """The paper regime without noise (clipping kept: C = 1 until the rule sets it),
+  evaluated on ``select_on`` (``eval.split``: what the pilot's and the calibration's
+  choices read)."""
   cfg = common.mlp_config("paper", q=1.0, rounds=rounds)
   cfg.name = "wei_calibration"
+  cfg.eval.split = select_on
   cfg.privacy.epsilon = float("inf")
   cfg.privacy.placement = "none"
   cfg.privacy.noise_sampling = "per_client"  # 'aggregate' describes upload noise
@@ -203,20 +206,22 @@ def main(argv=None):
   ap.add_argument("--tag", default="", help="suffix of the output names")
   ap.add_argument("--rounds", type=int, default=200,
                   help="T (the paper's 200; fewer only for a quick check)")
+  cs.add_select_arg(ap)
   args = ap.parse_args(argv)
+  sel = cs.select_suffix(args.select_on)  # (run folders of another split's choice)
   start = time.time()
   pd.set_option("display.width", 200)
   grid = {"client.lr": [float(v) for v in args.lrs.split(",")]}
   cal_grid = {"client.lr": [float(v) for v in (args.cal_lrs or args.lrs).split(",")]}
   name = f"baseline_calibration{args.tag}"
   # 1. The pilot: no noise, no clipping.
-  pilot_cfg = base_config(args.rounds)
+  pilot_cfg = base_config(args.rounds, args.select_on)
   pilot_cfg.client.clip_mode = "none"
   if args.norms == "ends":
-    pilot_dir = common.RUNS / f"calibration_pilot_T{args.rounds}"
+    pilot_dir = common.RUNS / f"calibration_pilot_T{args.rounds}{sel}"
     rows = pd.DataFrame(common.repro.run_sweep(pilot_cfg, grid, str(pilot_dir)))
   else:
-    pilot_dir = common.RUNS / f"calibration_pilot_rounds_T{args.rounds}"
+    pilot_dir = common.RUNS / f"calibration_pilot_rounds_T{args.rounds}{sel}"
     rows, found, per_round = round_grad_norms(pilot_cfg, grid, pilot_dir,
                                               common.RUNS / f"{pilot_dir.name}_norms")
     common.write(per_round, f"{name}_grad_norms_per_round")
@@ -232,16 +237,17 @@ def main(argv=None):
   pooled = found[best] if args.norms == "rounds" else np.concatenate(
       [found["initial"], found[best]])
   clip = float(np.median(pooled))
-  norms["pilot_test_accuracy"] = [np.nan, *pilot["ours"].to_numpy()]
+  # (the pilot's best point, whose norms give C, is chosen on the same split)
+  norms[f"pilot_{args.select_on}_accuracy"] = [np.nan, *pilot["ours"].to_numpy()]
   norms["pilot_setting"] = ["", *pilot["setting"]]
   norms["rule_C"] = clip
   common.write(norms, f"{name}_grad_norms")
   print(norms.to_string(index=False), f"\nC by the median rule ({args.norms}): {clip:.4g} "
         f"(pilot {best})", flush=True)
   # 2. The calibration: the eta grid clipped at the rule's C.
-  cfg = base_config(args.rounds)
+  cfg = base_config(args.rounds, args.select_on)
   cfg.client.clip = round(clip, 3)
-  out = common.RUNS / f"calibration_paper_T{args.rounds}_C{cfg.client.clip:g}{args.tag}"
+  out = common.RUNS / f"calibration_paper_T{args.rounds}_C{cfg.client.clip:g}{args.tag}{sel}"
   table, rows = cs.calibrate(cfg, cal_grid, TARGET, out)
   table["setting"] = table["setting"] + f" client.clip={cfg.client.clip:g}"
   cs.write_calibration(common.RESULTS, table, rows, cal_grid, TARGET,
@@ -249,7 +255,7 @@ def main(argv=None):
   print(table.to_string(index=False), flush=True)
   common.save_meta(name, start, grid=grid, cal_grid=cal_grid, norms=args.norms,
                    rounds=args.rounds, probe_images=PROBE, rule_C=cfg.client.clip,
-                   pilot_best=best)
+                   pilot_best=best, select_on=args.select_on)
 
 
 if __name__ == "__main__":
