@@ -210,6 +210,7 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
       + (" on the training examples no client holds" if held else ""), repro.eval_reads(cfg)))
   rows = pd.DataFrame(repro.run_sweep(cfg, swept, None if out_dir is None else str(out_dir)))
   table = calibration_table(rows, grid, target)
+  table["selected_on"] = str(cfg.eval.get("split", "test"))  # what `ours` was read on
   if held:
     table = test_at_chosen(cfg, table, target, seeds, out_dir)
   return table, rows
