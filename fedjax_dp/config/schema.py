@@ -23,7 +23,7 @@ from typing import Any
 
 from fedjax_dp import config as config_lib
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Fields added to base_config() after schema version 1: {dotted key: the version that
 # added it}. Each has a default that reproduces the behaviour of the runs before it.
 ADDED_FIELDS: dict[str, int] = {
@@ -32,7 +32,9 @@ ADDED_FIELDS: dict[str, int] = {
     # the optimizers (fedjax_dp.optimizers): sgd and fedavg are the steps of before
     "client.optimizer": 4, "client.momentum": 4, "client.beta1": 4, "client.beta2": 4,
     "client.eps": 4, "server.optimizer": 4, "server.momentum": 4, "server.beta1": 4,
-    "server.beta2": 4, "server.tau": 4}
+    "server.beta2": 4, "server.tau": 4,
+    # a held-out evaluation split (eval.split='unassigned'); 'test' is the split of before
+    "eval.split": 5}
 
 
 def stamped(config: Mapping[str, Any]) -> dict[str, Any]:
