@@ -269,3 +269,12 @@ def test_stream_depends_on_the_data_fingerprint_unless_common_random_numbers():
   crn = _base(**{"privacy.common_random_numbers": "true"})
   np.testing.assert_array_equal(noise_identity.stream(crn, "a" * 32),
                                 noise_identity.stream(crn, "b" * 32))
+
+
+def test_the_quickstart_s_noise_stream_is_stable_across_releases():
+  """A config field added at its default must not move any committed run's noise
+  (fedjax_dp.config.schema.ADDED_FIELDS): the quickstart's stream since 8cbe5bd."""
+  from fedjax_dp import config as config_lib
+  from fedjax_dp.config import noise_identity
+  cfg = config_lib.load_config("quickstart")
+  assert noise_identity.stream_hex(noise_identity.stream(cfg)) == "e6fc43234bf44295"
