@@ -94,11 +94,24 @@ def best_per_eps_row(name: str, x: str, what: str, claim: str, regime: str, verd
              join(eps(v) for v in best["epsilon_certified_mean"]), verdict, (path,))
 
 
+def methods_row(name: str, claim: str, regime: str, verdict: str, readme: bool = False
+                ) -> Row:
+  """A CRD-vs-UDP-vs-Lei figure's row: each method's mean accuracy per eps (Wei Figs.
+  8/9, 12, 13), CRD's certified epsilon."""
+  path, t = csv("wei2021", name)
+  acc = t.pivot(index="privacy.epsilon", columns="schedule.name", values="test_accuracy_mean")
+  cert = t[t["schedule.name"] == "crd"].set_index("privacy.epsilon")["epsilon_certified_mean"]
+  cells = [f"eps {num(e)}: CRD {f3(acc.loc[e, 'crd'])}, UDP {f3(acc.loc[e, 'constant'])}, "
+           f"Lei {f3(acc.loc[e, 'linear_decay'])}" for e in acc.index]
+  return Row("Wei", claim, regime, "; ".join(cells),
+             f"CRD {join(eps(cert[e]) for e in acc.index)}", verdict, (path,), readme)
+
+
 def wei_rows() -> list[Row]:
   rows = []
   for tag, regime, verdict, readme in (
-      ("paper_q1_cal_full", "paper: abs(D_i) = 800, eta 2, C 5.525 (calibrated), K/U = 1, "
-       "3 seeds, delta 1e-3", "reproduced", True),
+      ("paper_q1_cal_full", ("paper: abs(D_i) = 800, eta 2, C 5.525 (calibrated), K/U = 1, "
+                             "3 seeds, delta 1e-3"), "reproduced", True),
       ("noise_q1", "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3",
        "reproduced (added regime)", False)):
     path, t = csv("wei2021", f"fig5_6_loss_vs_T_{tag}")
@@ -113,22 +126,37 @@ def wei_rows() -> list[Row]:
        "partly: CRD ahead at eps 4 and 8, behind Lei from eps 12", True),
       ("strong_q1", "added strong regime: abs(D_i) = 25, eta 0.5, C 1, 3 seeds, delta 1e-3",
        "reproduced (added regime): CRD above both at every eps", False)):
-    path, t = csv("wei2021", f"fig8_9_methods_{tag}")
-    acc = t.pivot(index="privacy.epsilon", columns="schedule.name", values="test_accuracy_mean")
-    cert = t[t["schedule.name"] == "crd"].set_index("privacy.epsilon")["epsilon_certified_mean"]
-    cells = [f"eps {num(e)}: CRD {f3(acc.loc[e, 'crd'])}, UDP {f3(acc.loc[e, 'constant'])}, "
-             f"Lei {f3(acc.loc[e, 'linear_decay'])}" for e in acc.index]
-    rows.append(Row("Wei", "Figs. 8/9: CRD above original UDP and Lei in accuracy", regime,
-                    "; ".join(cells), f"CRD {join(eps(cert[e]) for e in acc.index)}",
-                    verdict, (path,), readme))
+    rows.append(methods_row(f"fig8_9_methods_{tag}",
+                            "Figs. 8/9: CRD above original UDP and Lei in accuracy", regime,
+                            verdict, readme))
+  rule = "eta 32, C 0.486 (the median rule over every round), 3 seeds, delta 1e-3"
+  paper = f"paper: abs(D_i) = 800, {rule}"
+  for setting, fig, sizes, verdict in FIGS_12_13:
+    rows.append(methods_row(f"{fig}_{setting}_paper_rounds",
+                            f"Fig. {fig[3:]}: CRD above original UDP and Lei in accuracy, "
+                            f"{setting}", f"paper: abs(D_i) = {sizes}, {rule}", verdict))
   noise = "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3"
-  rows.append(best_per_eps_row("fig7_initial_T", "initial_T", "best T0",
-                               "Fig. 7: CRD best when T0 is near the best T of Fig. 5", noise,
-                               "partly (best T0 at or above Fig. 5's best T)"))
-  rows.append(best_per_eps_row("fig14_15_beta", "schedule.beta", "best beta",
-                               "Figs. 14/15: beta = 0.8 best; rounds grow with beta", noise,
-                               "partly (0.9 best, rounds grow with beta)"))
+  for name, regime, verdict in (("fig7_initial_T_paper_rounds", paper, FIG7_PAPER),
+                                ("fig7_initial_T", noise,
+                                 "partly (best T0 at or above Fig. 5's best T)")):
+    rows.append(best_per_eps_row(name, "initial_T", "best T0",
+                                 "Fig. 7: CRD best when T0 is near the best T of Fig. 5",
+                                 regime, verdict))
+  for name, regime, verdict in (("fig14_15_beta_paper_rounds", paper, FIG14_PAPER),
+                                ("fig14_15_beta", noise,
+                                 "partly (0.9 best, rounds grow with beta)")):
+    rows.append(best_per_eps_row(name, "schedule.beta", "best beta",
+                                 "Figs. 14/15: beta = 0.8 best; rounds grow with beta", regime,
+                                 verdict))
   return rows
+
+
+# The paper regime's verdicts (argued in experiments/wei2021/REPRODUCTION.md, items 8b,
+# 12b and 13b).
+FIGS_12_13 = (("noniid", "fig12", "800 (4 classes each)", "partly: CRD above both at eps 4 and 8, behind both from eps 12"),
+              ("unbalanced", "fig13", "400-1200", "partly: CRD above both at eps 4 and 8, behind both from eps 12"))
+FIG7_PAPER = "partly (best T0 grows with eps; CRD stops after 33-57 rounds)"
+FIG14_PAPER = "partly (0.8 best at eps 4, 0.9 at eps 12; rounds grow with beta)"
 
 
 # -------------------------------------------------------------------------- Yuan
