@@ -38,24 +38,16 @@ _ADPFL = "re-run with schedule.validation='clients' (the scripts' default): "
 _CALIBRATION = ("eps = inf calibration: the setting is picked on the test set; needs a "
                 "held-out split the engine does not have yet")
 TO_REMAKE = {
-    "adpfl2022/table2": _ADPFL + "python experiments/adpfl2022/table2.py --seeds 3",
-    "adpfl2022/table2_cnn_yuan_e0": _ADPFL
-    + "python experiments/adpfl2022/table2.py --local-steps 0 --seeds 3",
     "adpfl2022/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0": _ADPFL
     + "python experiments/adpfl2022/table2.py --model cnn_adpfl_mnist --seeds 3 "
       "--test-samples 2000 --local-steps 0",
     "adpfl2022/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0_fulltest": _ADPFL
     + "python experiments/adpfl2022/full_test.py "
       "table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0 (after the line above)",
-    "adpfl2022/fig5_sigma": _ADPFL + "python experiments/adpfl2022/fig5_sigma.py "
-                                     "(reads Table 2's runs)",
     "adpfl2022/fig4_ablation": _ADPFL + "python experiments/adpfl2022/fig4_ablation.py --seeds 3",
     "adpfl2022/equal_epsilon": _ADPFL + "python experiments/adpfl2022/equal_epsilon.py --seeds 3",
     "adpfl2022/fig6": _ADPFL + "python experiments/adpfl2022/fig6_k.py --seeds 3",
     "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
-    "adpfl2022/fig4_ablation_mlp_784_256_10_k100_noniid_e0": _ADPFL
-    + "python experiments/adpfl2022/fig4_ablation.py --clients 100 --methods "
-      "nonprivate,dpfl,adpfl,clfl --model mlp_784_256_10 --local-steps 0",
     "adpfl2022/baseline_calibration": _CALIBRATION,
     "fu2023/baseline_calibration": _CALIBRATION,
     "wei2021/baseline_calibration": _CALIBRATION,
