@@ -32,7 +32,7 @@ per-example gradient L2 norms on 2,000 training images (:data:`PROBE`) at a mode
 
 The calibration sweep then runs the eta grid (``--cal-lrs``, default the pilot's)
 clipped at that C (``results/baseline_calibration<tag>_grad_norms.csv`` has every
-median; the pilot's accuracies are its ``pilot_test_accuracy`` column).
+median; the pilot's accuracies are its ``pilot_<split>_accuracy`` column).
 
 Writes ``results/baseline_calibration<tag>.csv``, ``baseline_calibration<tag>_mlp.png``
 and the meta.json. From the repository root::
