@@ -166,7 +166,7 @@ def test_a_calibration_on_the_unassigned_split_reports_the_chosen_test_value(tmp
                             ["privacy.epsilon=inf", "rounds=2", "progress=false", *_SMALL,
                              "data.samples_per_client=60", "eval.split=unassigned"])
   target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
-  table, rows = cs.calibrate(cfg, {"client.lr": [0.1, 0.5]}, target, out_dir=tmp_path)
+  table, _ = cs.calibrate(cfg, {"client.lr": [0.1, 0.5]}, target, out_dir=tmp_path)
   chosen = table[table["chosen"]].iloc[0]
   assert table["test_value"].notna().sum() == 1 and 0 < chosen["test_value"] <= 1
   # the chosen setting run on the test split: its own number, not the held-out one
