@@ -113,7 +113,10 @@ def wei_rows() -> list[Row]:
       ("paper_q1_cal_full", ("paper: abs(D_i) = 800, eta 2, C 5.525 (calibrated), K/U = 1, "
                              "3 seeds, delta 1e-3"), "reproduced", True),
       ("noise_q1", "added noise regime: abs(D_i) = 100, eta 0.5, C 1, 3 seeds, delta 1e-3",
-       "reproduced (added regime)", False)):
+       "reproduced (added regime)", False),
+      ("paper_q1_rounds", ("paper: abs(D_i) = 800, eta 32, C 0.486 (the median rule over "
+                           "every round), K/U = 1, 3 seeds, delta 1e-3"),
+       "partly: best T grows with eps, at eps 4 at the grid's edge (grid 50-300)", False)):
     path, t = csv("wei2021", f"fig5_6_loss_vs_T_{tag}")
     best = t[t["rounds"] == t["best_T"]].sort_values("privacy.epsilon")
     rows.append(Row(
