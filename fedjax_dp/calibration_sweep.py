@@ -175,8 +175,8 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
 
 
 def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
-              out_dir: str | Path | None = None, seeds: int = 1
-              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+              out_dir: str | Path | None = None, seeds: int = 1,
+              test_overrides: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
   """Runs the calibration sweep and tabulates it.
 
   Args:
@@ -188,6 +188,9 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
     seeds: seeds per grid point (0 .. seeds - 1, in the same batched sweep); the
       table averages them. More than one where a setting near the edge of stability
       trains in some seeds and not in others.
+    test_overrides: ``key=value`` overrides of the chosen setting's run on the test
+      set (after a choice on ``eval.split='unassigned'``): :func:`held_out_federation`'s,
+      which give the clients back the examples the calibration set aside.
 
   Returns:
     (:func:`calibration_table`, the sweep's rows).
@@ -205,24 +208,66 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
   held = repro.eval_reads(cfg) == repro.READS_UNASSIGNED
   # What the choice reads (the test set, or with eval.split='unassigned' the training
   # examples no client holds): recorded in the meta.json.
+  aside = int(cfg.data.get("holdout", 0))
   repro.note_decision(repro.decision(
       f"eps = inf calibration: the grid point of best final {target.metric}"
-      + (" on the training examples no client holds" if held else ""), repro.eval_reads(cfg)))
+      + (" on the training examples no client holds" if held else "")
+      + (f" ({aside} set aside before the partition, data.holdout; the chosen setting "
+         f"then runs with {' '.join(test_overrides)})" if held and aside else ""),
+      repro.eval_reads(cfg)))
   rows = pd.DataFrame(repro.run_sweep(cfg, swept, None if out_dir is None else str(out_dir)))
   table = calibration_table(rows, grid, target)
   table["selected_on"] = str(cfg.eval.get("split", "test"))  # what `ours` was read on
   if held:
-    table = test_at_chosen(cfg, table, target, seeds, out_dir)
+    table = test_at_chosen(cfg, table, target, seeds, out_dir, test_overrides)
   return table, rows
 
 
+def held_out_federation(cfg, per_client: int) -> tuple[Any, list[str]]:
+  """A calibration's federation where every example is some client's: ``cfg`` with
+  ``per_client`` fewer examples per client and that many per client set aside
+  (``data.holdout``), evaluated on them (``eval.split='unassigned'``), and the
+  overrides that run the chosen setting on the paper's federation and test set.
+
+  The choice is then made on a federation of the same clients with ``per_client``
+  fewer examples each (a standard validation split), never on the test set.
+
+  Raises:
+    config_lib.ConfigError: a partition whose client sizes are not
+      ``data.samples_per_client`` (``unbalanced``, ``natural``), or ``per_client``
+      outside ``[1, data.samples_per_client)``.
+  """
+  d = cfg.data
+  size = int(d.samples_per_client)
+  if d.partition in ("unbalanced", "natural") or not 1 <= per_client < size:
+    raise config_lib.ConfigError(
+        f"held_out_federation: needs a partition of data.samples_per_client examples per "
+        f"client and 1 <= per_client < {size} (got data.partition={d.partition!r}, "
+        f"per_client={per_client})")
+  sets = [f"data.samples_per_client={size - per_client}",
+          f"data.holdout={per_client * int(d.num_clients)}", "eval.split=unassigned"]
+  back = [f"data.samples_per_client={size}", f"data.holdout={int(d.get('holdout', 0))}"]
+  return config_lib.override(cfg, sets), back
+
+
+def selection_config(cfg, select_on: str, per_client: int = 0) -> tuple[Any, list[str]]:
+  """A calibration script's config for ``--select-on`` (:func:`add_select_arg`) and the
+  overrides of its chosen setting's test run (:func:`calibrate`'s ``test_overrides``):
+  the test set; the training examples no client holds; or, with ``per_client > 0``
+  (a partition that uses every example), :func:`held_out_federation`'s."""
+  if select_on == "unassigned" and per_client > 0:
+    return held_out_federation(cfg, per_client)
+  return config_lib.override(cfg, [f"eval.split={select_on}"]), []
+
+
 def test_at_chosen(cfg, table: pd.DataFrame, target: Target, seeds: int = 1,
-                   out_dir: str | Path | None = None) -> pd.DataFrame:
+                   out_dir: str | Path | None = None, overrides: Sequence[str] = ()
+                   ) -> pd.DataFrame:
   """``table`` (chosen on ``eval.split='unassigned'``) with the chosen setting's
-  metric on the test set: one more run of that setting per seed, evaluated on the
-  test split, which nothing chooses from. Columns ``test_value`` (and
-  ``test_value_std`` over several seeds) are NaN but on the chosen row; ``ours`` and
-  ``reaches`` stay the held-out split's."""
+  metric on the test set: one more run of that setting per seed (with ``overrides``),
+  evaluated on the test split, which nothing chooses from. Columns ``test_value``
+  (and ``test_value_std`` over several seeds) are NaN but on the chosen row; ``ours``
+  and ``reaches`` stay the held-out split's."""
   table = table.copy()
   table["test_value"] = math.nan
   if seeds > 1:
@@ -230,7 +275,7 @@ def test_at_chosen(cfg, table: pd.DataFrame, target: Target, seeds: int = 1,
   if not table["chosen"].any():
     return table
   i = table.index[table["chosen"]][0]
-  test_cfg = config_lib.override(cfg, [*parse_setting(table.at[i, "setting"]),
+  test_cfg = config_lib.override(cfg, [*parse_setting(table.at[i, "setting"]), *overrides,
                                        "eval.split=test"])
   runs = None if out_dir is None else str(Path(out_dir) / "test_at_chosen")
   rows = pd.DataFrame(repro.run_sweep(test_cfg, {"seed": list(range(seeds))} if seeds > 1

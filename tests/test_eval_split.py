@@ -52,3 +52,64 @@ def test_a_decision_on_the_unassigned_split_does_not_read_the_test_set():
     assert [d["reads"] for d in on_test] == [repro.READS_TEST]
     assert [d["reads"] for d in held] == [repro.READS_UNASSIGNED]
     assert not held[0]["paper_states"]
+
+
+# data.holdout: examples set aside before the partition, for a partition that would
+# otherwise use every training example (3 x 479 = 1437 digits).
+_FULL = {"data.num_clients": 3, "server.clients_per_round": 3}
+
+
+def test_holdout_sets_aside_the_same_examples_for_every_seed_and_no_client_holds_them():
+  from fedjax_dp.data.partition import holdout_indices
+  labels = np.arange(1437) % 10
+  held = holdout_indices(1437, 137)
+  assert held.shape == (137,) and len(set(held.tolist())) == 137
+  for seed in (0, 1, 7):
+    for partition in ("iid", "sorted", "dirichlet"):
+      cfg = small_config({**_FULL, "data.samples_per_client": 400, "data.holdout": 137,
+                          "data.partition": partition, "seed": seed})
+      parts = experiment.partition_clients(cfg, labels)
+      taken = np.concatenate(parts)
+      assert len(parts) == 3 and all(len(c) == 400 for c in parts)
+      assert len(np.unique(taken)) == taken.size  # disjoint clients
+      assert not np.isin(held, taken).any()       # none holds a set-aside example
+
+
+def test_holdout_zero_is_the_partition_of_before():
+  labels = np.arange(1437) % 10
+  for partition in ("iid", "sorted", "dirichlet"):
+    cfg = small_config({"data.partition": partition, "data.samples_per_client": 100})
+    a = experiment.partition_clients(cfg, labels)
+    b = experiment.partition_clients(small_config({"data.partition": partition,
+                                                   "data.samples_per_client": 100,
+                                                   "data.holdout": 0}), labels)
+    from fedjax_dp.data.partition import partition as raw
+    c = raw(labels, partition, cfg.data.num_clients, cfg.seed,
+            **({"alpha": cfg.data.alpha} if partition == "dirichlet" else {}),
+            samples_per_client=100)
+    for x, y, z in zip(a, b, c, strict=True):
+      np.testing.assert_array_equal(x, y)
+      np.testing.assert_array_equal(x, z)
+
+
+def test_unassigned_split_of_a_full_partition_is_the_holdout():
+  from fedjax_dp.data import load_dataset
+  from fedjax_dp.data.partition import holdout_indices
+  ds = load_dataset("digits")
+  s = experiment.build(small_config({**_FULL, "data.samples_per_client": 450,
+                                     "data.holdout": 87, "eval.split": "unassigned"}))
+  # 1437 - 3 x 450 = 87: exactly the set-aside examples, in their order in the pool.
+  want = np.asarray(ds.x_train, np.float32)[holdout_indices(1437, 87)]
+  np.testing.assert_array_equal(np.asarray(s.x_test).reshape(want.shape), want)
+
+
+def test_holdout_refusals():
+  with pytest.raises(ConfigError, match="data.holdout"):
+    check_fields(small_config({"data.holdout": -1}))
+  with pytest.raises(ConfigError, match=r"data.holdout=1437 must lie in \[0, 1437\)"):
+    experiment.build(small_config({**_FULL, "data.samples_per_client": 1,
+                                   "data.holdout": 1437}))
+  # A holdout the partition cannot fit around: the partitioner's own error, at build.
+  with pytest.raises((ConfigError, ValueError)):
+    experiment.build(small_config({**_FULL, "data.samples_per_client": 479,
+                                   "data.holdout": 10}))

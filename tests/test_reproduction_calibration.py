@@ -177,3 +177,30 @@ def test_a_calibration_on_the_unassigned_split_reports_the_chosen_test_value(tmp
   assert repro.decision("eps = inf calibration: the grid point of best final test_accuracy "
                         "on the training examples no client holds",
                         repro.READS_UNASSIGNED) in repro._DECISIONS
+
+
+def test_a_held_out_federation_chooses_on_the_set_aside_examples_and_runs_the_full_one(
+    tmp_path):
+  from fedjax_dp import experiment
+  from fedjax_dp import reproduction as repro
+  full = config_lib.override(config_lib.load_config("quickstart"),
+                             ["privacy.epsilon=inf", "rounds=2", "progress=false", *_SMALL,
+                              "data.samples_per_client=60"])
+  cal, back = cs.held_out_federation(full, 10)
+  assert (cal.data.samples_per_client, cal.data.holdout, cal.eval.split) == (
+      50, 10 * full.data.num_clients, "unassigned")
+  assert back == ["data.samples_per_client=60", "data.holdout=0"]
+  s = experiment.build(cal)
+  assert s.x_test.shape[0] >= cal.data.holdout  # the set-aside examples are its split
+  target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
+  table, _ = cs.calibrate(cal, {"client.lr": [0.1, 0.5]}, target, out_dir=tmp_path,
+                          test_overrides=back)
+  chosen = table[table["chosen"]].iloc[0]
+  # the test value is the chosen setting on the paper's federation (60 per client)
+  again = config_lib.override(full, cs.parse_setting(chosen["setting"]))
+  fin = repro.final_rows(pd.DataFrame(repro.run_sweep(again, {"seed": [0]})))
+  assert chosen["test_value"] == pytest.approx(float(fin["test_accuracy"].iloc[0]))
+  with pytest.raises(config_lib.ConfigError, match="per_client"):
+    cs.held_out_federation(full, 60)
+  with pytest.raises(config_lib.ConfigError, match="unbalanced"):
+    cs.held_out_federation(config_lib.override(full, ["data.partition=unbalanced"]), 5)

@@ -66,8 +66,9 @@ def base_config() -> ConfigDict:
   c.eval.batch_size = 2048
   # What the run evaluates on (its test_loss / test_accuracy columns and every
   # decision that reads them): 'test' (the dataset's test split) | 'unassigned' (the
-  # training examples no client holds: a held-out split for choosing hyperparameters
-  # without reading the test set; the federation itself is unchanged).
+  # training examples no client holds, data.holdout's among them: a held-out split for
+  # choosing hyperparameters without reading the test set; the federation itself is
+  # unchanged, but for the examples data.holdout sets aside).
   c.eval.split = "test"
 
   c.checkpoint = ConfigDict()
@@ -92,6 +93,11 @@ def _data_fields() -> ConfigDict:
   s.partition = "iid"
   s.num_clients = 10        # U
   s.samples_per_client = 100
+  # Training examples set aside before the partition: a uniform random subset of this
+  # size, the same for every run and seed, that no client holds, so eval.split=
+  # 'unassigned' has a validation set where the partition would use every example
+  # (fedjax_dp.data.partition.partition_clients). 0 = none.
+  s.holdout = 0
   s.classes_per_client = 4  # k_classes
   s.alpha = 0.5             # dirichlet
   s.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
@@ -598,6 +604,7 @@ FIELD_RULES: dict[str, Rule] = {
     "data.partition": Rule("str", choices=_registry("fedjax_dp.data.partition", "PARTITIONERS")),
     "data.num_clients": Rule("int", 1, _I32),
     "data.samples_per_client": Rule("int", 0, _I32),
+    "data.holdout": Rule("int", 0, _I32),
     "data.classes_per_client": Rule("int", 1, _I32),
     "data.alpha": _POSITIVE,
     "data.group_sizes": Rule("ints", 1, _I32, min_len=1),

@@ -23,7 +23,7 @@ from typing import Any
 
 from fedjax_dp import config as config_lib
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Fields added to base_config() after schema version 1: {dotted key: the version that
 # added it}. Each has a default that reproduces the behaviour of the runs before it.
 ADDED_FIELDS: dict[str, int] = {
@@ -34,7 +34,9 @@ ADDED_FIELDS: dict[str, int] = {
     "client.eps": 4, "server.optimizer": 4, "server.momentum": 4, "server.beta1": 4,
     "server.beta2": 4, "server.tau": 4,
     # a held-out evaluation split (eval.split='unassigned'); 'test' is the split of before
-    "eval.split": 5}
+    "eval.split": 5,
+    # training examples no client holds (data.holdout); 0 set none aside before
+    "data.holdout": 6}
 
 
 def stamped(config: Mapping[str, Any]) -> dict[str, Any]:

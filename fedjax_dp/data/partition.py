@@ -773,10 +773,38 @@ def _skews(cfg):
   return np.asarray(skews, np.float64) if skews else d.skew
 
 
+def holdout_indices(n: int, holdout: int) -> np.ndarray:
+  """The ``holdout`` training examples (of ``n``) set aside before the partition
+  (``data.holdout``): a uniform random subset drawn with a fixed generator (seed 0),
+  so every run and seed sets aside the same examples and a validation score read on
+  them compares runs on one set. Sorted ``int64`` indices ``[holdout]``.
+
+  Raises:
+    ConfigError: ``holdout`` outside ``[0, n)`` (no client could hold an example).
+  """
+  if not 0 <= holdout < n:
+    raise ConfigError(f"data.holdout={holdout} must lie in [0, {n}): the training set "
+                      f"has {n} examples and the clients need some")
+  return np.sort(np.random.default_rng(0).permutation(n)[:holdout]).astype(np.int64)
+
+
 def partition_clients(cfg, labels, groups=None):
-  """The config's partition of the training ``labels`` into clients (index arrays):
-  :func:`partition` with the method and arguments ``cfg.data`` names, seeded by
-  ``cfg.seed``."""
+  """The config's partition of the training ``labels`` into clients (index arrays
+  into ``labels``): :func:`partition` with the method and arguments ``cfg.data``
+  names, seeded by ``cfg.seed``, over the examples :func:`holdout_indices` leaves
+  (``data.holdout``; all of them at 0)."""
+  holdout = int(cfg.data.get("holdout", 0))
+  if holdout == 0:
+    return _partition_pool(cfg, labels, groups)
+  labels = np.asarray(labels)
+  pool = np.setdiff1d(np.arange(len(labels)), holdout_indices(len(labels), holdout))
+  parts = _partition_pool(cfg, labels[pool],
+                          None if groups is None else np.asarray(groups)[pool])
+  return [pool[np.asarray(c, np.int64)] for c in parts]
+
+
+def _partition_pool(cfg, labels, groups=None):
+  """:func:`partition_clients` over the whole of ``labels``."""
   d = cfg.data
   kwargs: dict[str, Any] = {}
   if d.partition == "iid":

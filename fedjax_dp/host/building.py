@@ -281,7 +281,8 @@ def _eval_split(ds, clients, split: str, given: bool) -> tuple[np.ndarray, np.nd
   rest = np.flatnonzero(~used)
   if rest.size == 0:
     raise ValueError(f"eval.split='unassigned': the partition gives all {used.size} "
-                     "training examples to clients; lower data.num_clients or "
+                     "training examples to clients; set data.holdout (examples set "
+                     "aside before the partition) or lower data.num_clients or "
                      "data.samples_per_client to hold some out")
   return np.asarray(ds.x_train)[rest], np.asarray(ds.y_train)[rest]
 
