@@ -21,7 +21,8 @@ zeta = 150 (LR, L1) and 3 (CNN), the models):
 
 Beside the LR sweep, :func:`grad_norms` measures the per-step client-gradient L1
 norms (the quantity eq. (Clip) bounds by zeta, standing in for the sensitivity xi the
-paper calls hard to compute) along the noise-free run at the chosen eta: their
+paper calls hard to compute) along the noise-free run at the LR figures' eta
+(``common.LR_CALIBRATED``): their
 quantiles per round go to ``results/lr_grad_norms.csv``, which says where the stated
 zeta = 150 sits among them.
 
@@ -81,6 +82,31 @@ def lr_optimum() -> dict[str, float]:
           "oracle_test_fit_test_mse": float(np.mean((at @ oracle - yt) ** 2)),
           "test_target_variance": float(np.var(yt)),
           "hessian_max": float(np.linalg.eigvalsh(2 * a.T @ a / len(a)).max())}
+
+
+def holdout_leverage(per_client: int, num_clients: int) -> dict[str, float]:
+  """What the LR's held-out score is made of: the closed-form least-squares fit on the
+  loans the held-out federation keeps, its mean squared error on the
+  ``per_client * num_clients`` loans set aside (``data.holdout``), that error without
+  its largest term, the largest term, and the largest absolute feature among the
+  set-aside and among the kept loans (a high-leverage loan decides a mean)."""
+  from fedjax_dp.data import load_dataset
+  from fedjax_dp.data.partition import holdout_indices
+  ds = load_dataset("lending_club", None)
+  x, y = np.asarray(ds.x_train, np.float64), np.asarray(ds.y_train, np.float64)
+  held = holdout_indices(len(y), per_client * num_clients)
+  kept = np.setdiff1d(np.arange(len(y)), held)
+  a = np.c_[x, np.ones(len(x))]
+  theta = np.linalg.lstsq(a[kept], y[kept], rcond=None)[0]
+  sq = (a[held] @ theta - y[held]) ** 2
+  err, worst = np.sort(sq), held[np.argmax(sq)]
+  # the worst loan's features against the largest each feature reaches among kept loans
+  reach = np.abs(x[worst]) / np.abs(x[kept]).max(0)
+  return {"heldout_ols_mse": float(err.mean()), "heldout_ols_mse_without_largest":
+          float(err[:-1].mean()), "heldout_largest_sq_error": float(err[-1]),
+          "heldout_largest_feature_over_kept_max": float(reach.max()),
+          "test_feature_abs_max": float(np.abs(np.asarray(ds.x_test)).max()),
+          "kept_feature_abs_max": float(np.abs(x[kept]).max())}
 
 
 def grad_norms(cfg, lr: float, seed: int = 0) -> pd.DataFrame:
@@ -165,15 +191,20 @@ def main(argv=None):
     print(table.to_string(index=False), flush=True)
     if which == "lr":
       chosen = float(table.loc[table["chosen"], "setting"].iloc[0].split("=")[1])
-      norms = grad_norms(cfg, chosen)
+      # The norms zeta is judged against: along the run at the eta the LR figures use.
+      norms = grad_norms(cfg, common.LR_CALIBRATED)
       common.write(norms, "lr_grad_norms")
       late = norms[norms["round"] > 10]
-      extra["lr"] = {**opt, "chosen_lr": chosen, "ratio_to_optimum": float(
-          table.loc[table["chosen"], "ours"].iloc[0]) / opt["ols_train_fit_test_mse"],
+      test_col = "test_value" if "test_value" in table else "ours"
+      extra["lr"] = {**opt, "chosen_lr": chosen, "figures_lr": common.LR_CALIBRATED,
+                     "grad_norms_lr": common.LR_CALIBRATED, "ratio_to_optimum": float(
+          table.loc[table["chosen"], test_col].iloc[0]) / opt["ols_train_fit_test_mse"],
                      "grad_l1_median_after_round10": float(late["l1_median"].median()),
                      "grad_l1_q99_after_round10": float(late["l1_q99"].median()),
                      "grad_l1_round1_max": float(norms["l1_max"].iloc[0]),
                      "clipped_share_mean": float(norms["clipped_share"].mean())}
+      if back:  # chosen on a held-out federation: what its score is made of
+        extra["lr"].update(holdout_leverage(HOLD_OUT["lr"], cfg.data.num_clients))
       print(extra["lr"], flush=True)
   common.save_meta("baseline_calibration", start, only=args.only, grids=GRIDS,
                    rounds=ROUNDS, local_steps=LOCAL_STEPS, select_on=args.select_on,
