@@ -50,8 +50,6 @@ TO_REMAKE = {
     "adpfl2022/equal_epsilon": _ADPFL + "python experiments/adpfl2022/equal_epsilon.py --seeds 3",
     "adpfl2022/fig6": _ADPFL + "python experiments/adpfl2022/fig6_k.py --seeds 3",
     "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
-    "adpfl2022/baseline_calibration": _CALIBRATION,
-    "fu2023/baseline_calibration": _CALIBRATION,
     # (The paper's median rule for C over every round, issue 49 item 1: a new eps = inf
     # calibration of the same kind, not a result re-made; it leaves with the others.)
     "wei2021/baseline_calibration_rounds": _CALIBRATION,
