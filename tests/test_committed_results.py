@@ -32,13 +32,10 @@ RESULT_DIRS = sorted(p for p in EXPERIMENTS.glob("*/results") if p.is_dir())
 # Results whose decisions read the test set though their paper does not say so, each
 # with what re-makes it without. A-DPFL's decay read the test accuracy it is reported
 # on (schedule.validation='server') until 2026-12-02; the scripts now default to the
-# clients' noisy validation score. The eps = inf calibrations keep the grid point of
-# best test metric unless re-made on a held-out split (eval.split='unassigned', --select-on).
+# clients' noisy validation score. (The eps = inf calibrations chose on the test set
+# until 2026-12-03; every one is re-made on a held-out split: eval.split='unassigned',
+# data.holdout, --select-on.)
 _ADPFL = "re-run with schedule.validation='clients' (the scripts' default): "
-_CALIBRATION = ("eps = inf calibration: the setting is picked on the test set; re-run with "
-                "--select-on unassigned (eval.split='unassigned') where the partition leaves "
-                "training examples to no client, else needs a held-out split that changes "
-                "the federation")
 TO_REMAKE = {
     "adpfl2022/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0": _ADPFL
     + "python experiments/adpfl2022/table2.py --model cnn_adpfl_mnist --seeds 3 "
@@ -50,10 +47,6 @@ TO_REMAKE = {
     "adpfl2022/equal_epsilon": _ADPFL + "python experiments/adpfl2022/equal_epsilon.py --seeds 3",
     "adpfl2022/fig6": _ADPFL + "python experiments/adpfl2022/fig6_k.py --seeds 3",
     "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
-    # (The paper's median rule for C over every round, issue 49 item 1: a new eps = inf
-    # calibration of the same kind, not a result re-made; it leaves with the others.)
-    "wei2021/baseline_calibration_rounds": _CALIBRATION,
-    "wei2021/baseline_calibration_rounds_wide": _CALIBRATION,
 }
 
 
