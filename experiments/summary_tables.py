@@ -215,7 +215,7 @@ def adpfl_rows() -> list[Row]:
   order = ["nonprivate", "adpfl", "dpfl", "clfl"]
   rows.append(Row(
       "A-DPFL", "Fig. 4: non-private > A-DPFL > CL-FL > DPFL",
-      regime + ", non-IID, decay on the test accuracy (to re-make)",
+      regime + ", non-IID, decay on the clients' noisy validation score",
       join(f"{m} {f3(t.loc[m, 'test_accuracy_mean'])}" for m in order),
       join(f"{m} {eps(t.loc[m, 'epsilon_certified_mean'])}" for m in order[1:3]),
       "partly: CL-FL last, not above DPFL", (path,)))

@@ -37,14 +37,6 @@ RESULT_DIRS = sorted(p for p in EXPERIMENTS.glob("*/results") if p.is_dir())
 # data.holdout, --select-on.)
 _ADPFL = "re-run with schedule.validation='clients' (the scripts' default): "
 TO_REMAKE = {
-    "adpfl2022/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0": _ADPFL
-    + "python experiments/adpfl2022/table2.py --model cnn_adpfl_mnist --seeds 3 "
-      "--test-samples 2000 --local-steps 0",
-    "adpfl2022/table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0_fulltest": _ADPFL
-    + "python experiments/adpfl2022/full_test.py "
-      "table2_cnn_adpfl_mnist_k10_test2000_cnn_adpfl_mnist_e0 (after the line above)",
-    "adpfl2022/fig4_ablation": _ADPFL + "python experiments/adpfl2022/fig4_ablation.py --seeds 3",
-    "adpfl2022/equal_epsilon": _ADPFL + "python experiments/adpfl2022/equal_epsilon.py --seeds 3",
     "adpfl2022/fig6": _ADPFL + "python experiments/adpfl2022/fig6_k.py --seeds 3",
     "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
 }
