@@ -129,6 +129,27 @@ def _settings(df: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> list[str]:
   return [setting_text(r) for r in df[list(grid)].to_dict("records")]
 
 
+FOLD = "data.holdout_fold"
+
+
+def _replicates(fin: pd.DataFrame, grid: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+  """One row per setting of the final rows ``fin`` over seeds (averaged) and folds of
+  ``data.holdout_fold`` (the median of the folds' seed means: one fold whose held-out
+  examples include an outlier decides a mean over folds, not their median)."""
+  folded = FOLD in fin.columns and FOLD not in grid and fin[FOLD].nunique() > 1
+  keys = ["setting", FOLD] if folded else ["setting"]
+  g = fin.groupby(keys, sort=False)
+  per = pd.DataFrame({"ours": g["ours"].mean(), "ours_std": g["ours"].std(),
+                      "seeds": g["ours"].count(), "round": g["round"].max()}).reset_index()
+  if not folded:
+    return per
+  g = per.groupby("setting", sort=False)
+  return pd.DataFrame({"ours": g["ours"].median(), "ours_std": g["ours"].std(),
+                       "seeds": g["seeds"].min(), "round": g["round"].max(),
+                       "folds": g["ours"].count(), "ours_fold_mean": g["ours"].mean()}
+                      ).reset_index()
+
+
 def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], target: Target
                       ) -> pd.DataFrame:
   """One row per grid point: its metric after the last round, whether it reaches the
@@ -138,31 +159,34 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
   Args:
     rows: the sweep's rows (one per point and round). With a ``seed`` column that is
       not a grid key, each grid point's seeds are averaged (:func:`calibrate`'s
-      ``seeds``).
+      ``seeds``); with a ``data.holdout_fold`` column that is not one, ``ours`` is the
+      median over the folds of their seed means (:func:`calibrate`'s ``folds``).
     grid: the grid swept (its keys are ``rows``' setting columns).
     target: what the paper reports.
 
   Returns:
     Columns ``paper, figure, metric, direction, paper_value, ours, setting, rounds,
     reaches, chosen``, in grid order; over several seeds ``ours`` is their mean, and
-    ``ours_std`` (sample std) and ``seeds`` follow ``ours``. The choice and ``reaches``
-    go by the mean: a setting that trains in one seed and fails in another is not
-    chosen over one that trains in all.
+    ``ours_std`` (sample std) and ``seeds`` follow ``ours``; over several folds
+    ``ours_std`` is the folds' std, and ``folds`` and ``ours_fold_mean`` follow. The
+    choice and ``reaches`` go by ``ours``: a setting that trains in one seed and fails
+    in another is not chosen over one that trains in all.
   """
   fin = repro.final_rows(rows)
   fin["setting"] = _settings(fin, grid)
   fin["ours"] = pd.to_numeric(fin[target.metric], errors="coerce")
-  replicated = "seed" in fin.columns and "seed" not in grid and fin["seed"].nunique() > 1
+  replicated = any(k in fin.columns and k not in grid and fin[k].nunique() > 1
+                   for k in ("seed", FOLD))
   if replicated:
-    g = fin.groupby("setting", sort=False)
-    fin = pd.DataFrame({"ours": g["ours"].mean(), "ours_std": g["ours"].std(),
-                        "seeds": g["ours"].count(), "round": g["round"].max()}).reset_index()
+    fin = _replicates(fin, grid)
   table = pd.DataFrame({
       "paper": target.paper, "figure": target.figure, "metric": target.metric,
       "direction": target.direction, "paper_value": target.paper_value,
       "ours": fin["ours"].to_numpy()})
   if replicated:
-    table["ours_std"], table["seeds"] = fin["ours_std"].to_numpy(), fin["seeds"].to_numpy()
+    for col in ("ours_std", "seeds", "folds", "ours_fold_mean"):
+      if col in fin:
+        table[col] = fin[col].to_numpy()
   table["setting"], table["rounds"] = fin["setting"].to_numpy(), fin["round"].to_numpy()
   table["reaches"] = [target.reached(float(v)) for v in table["ours"]]
   score = table["ours"] if target.direction == "higher" else -table["ours"]
@@ -176,7 +200,8 @@ def calibration_table(rows: pd.DataFrame, grid: Mapping[str, Sequence[Any]], tar
 
 def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
               out_dir: str | Path | None = None, seeds: int = 1,
-              test_overrides: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+              test_overrides: Sequence[str] = (), folds: int = 1
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
   """Runs the calibration sweep and tabulates it.
 
   Args:
@@ -191,26 +216,38 @@ def calibrate(cfg, grid: Mapping[str, Sequence[Any]], target: Target,
     test_overrides: ``key=value`` overrides of the chosen setting's run on the test
       set (after a choice on ``eval.split='unassigned'``): :func:`held_out_federation`'s,
       which give the clients back the examples the calibration set aside.
+    folds: with ``cfg.data.holdout`` set aside (:func:`held_out_federation`), the
+      number of disjoint held-out folds (``data.holdout_fold`` 0 .. folds - 1, in the
+      same batched sweep); each setting is scored by the median over the folds
+      (k-fold cross-validation where ``folds * data.holdout`` is the pool).
 
   Returns:
     (:func:`calibration_table`, the sweep's rows).
 
   Raises:
-    config_lib.ConfigError: the grid tunes a stated setting, or ``cfg`` adds noise
-      (both before any compute).
+    config_lib.ConfigError: the grid tunes a stated setting, ``cfg`` adds noise, or
+      ``folds > 1`` without examples set aside (all before any compute).
   """
   check_grid(target.paper, grid, target.stated)
   check_non_private(cfg)
   if seeds < 1 or "seed" in grid:
     raise config_lib.ConfigError(f"calibrate: seeds must be >= 1 and not a grid key "
                                  f"(got seeds={seeds}, grid keys {sorted(grid)})")
-  swept = {**grid, "seed": list(range(seeds))} if seeds > 1 else grid
+  swept = {**grid, "seed": list(range(seeds))} if seeds > 1 else dict(grid)
   held = repro.eval_reads(cfg) == repro.READS_UNASSIGNED
+  aside = int(cfg.data.get("holdout", 0))
+  if folds > 1:
+    if not (held and aside) or FOLD in grid:
+      raise config_lib.ConfigError(
+          f"calibrate: folds={folds} needs eval.split='unassigned' with data.holdout > 0 "
+          f"(held_out_federation) and {FOLD} not a grid key (got eval.split="
+          f"{cfg.eval.get('split', 'test')!r}, data.holdout={aside})")
+    swept[FOLD] = list(range(folds))
   # What the choice reads (the test set, or with eval.split='unassigned' the training
   # examples no client holds): recorded in the meta.json.
-  aside = int(cfg.data.get("holdout", 0))
   repro.note_decision(repro.decision(
       f"eps = inf calibration: the grid point of best final {target.metric}"
+      + (f" (median over {folds} disjoint held-out folds)" if folds > 1 else "")
       + (" on the training examples no client holds" if held else "")
       + (f" ({aside} set aside before the partition, data.holdout; the chosen setting "
          f"then runs with {' '.join(test_overrides)})" if held and aside else ""),
@@ -246,7 +283,8 @@ def held_out_federation(cfg, per_client: int) -> tuple[Any, list[str]]:
         f"per_client={per_client})")
   sets = [f"data.samples_per_client={size - per_client}",
           f"data.holdout={per_client * int(d.num_clients)}", "eval.split=unassigned"]
-  back = [f"data.samples_per_client={size}", f"data.holdout={int(d.get('holdout', 0))}"]
+  back = [f"data.samples_per_client={size}", f"data.holdout={int(d.get('holdout', 0))}",
+          f"{FOLD}={int(d.get('holdout_fold', 0))}"]
   return config_lib.override(cfg, sets), back
 
 

@@ -43,6 +43,28 @@ def test_unassigned_with_a_subset_and_the_refusals():
     check_fields(small_config({"eval.split": "validation"}))
 
 
+@pytest.mark.parametrize("varied", ["seed", "data.holdout_fold"])
+def test_a_batched_sweep_evaluates_each_run_on_its_own_unassigned_split(varied):
+  # The unassigned examples differ by seed (a partition that leaves some over) and by
+  # fold: runs batched into one sweep score what each would score alone.
+  base = {"data.num_clients": 4, "data.samples_per_client": 100, "rounds": 2,
+          "server.clients_per_round": 4, "eval.split": "unassigned", "progress": "false"}
+  if varied == "data.holdout_fold":
+    base.update({"data.samples_per_client": 300, "data.holdout": 237})
+  cfgs = [small_config(base, **{varied: v}) for v in (0, 1)]
+  setups = [experiment.build(c) for c in cfgs]
+  assert setups[0].eval_key != setups[1].eval_key
+  assert not experiment.same_program(*setups)  # a group evaluates on one x_test
+  batched = experiment.run_batched(cfgs, [None, None])
+  for c, b in zip(cfgs, batched, strict=True):
+    alone = experiment.run_batched([c], [None])[0]
+    assert b.summary["final_test_loss"] == pytest.approx(alone.summary["final_test_loss"],
+                                                         rel=1e-6)
+  # The test split is one set for every seed: those runs still share a program.
+  same = [experiment.build(small_config({}, seed=s)) for s in (0, 1)]
+  assert experiment.same_program(*same)
+
+
 def test_a_decision_on_the_unassigned_split_does_not_read_the_test_set():
   from fedjax_dp import reproduction as repro
   for sets in ({"schedule.name": "adpfl", "schedule.validation": "server"},
@@ -73,6 +95,26 @@ def test_holdout_sets_aside_the_same_examples_for_every_seed_and_no_client_holds
       assert len(parts) == 3 and all(len(c) == 400 for c in parts)
       assert len(np.unique(taken)) == taken.size  # disjoint clients
       assert not np.isin(held, taken).any()       # none holds a set-aside example
+
+
+def test_holdout_folds_are_disjoint_cover_the_pool_and_fold_zero_is_the_set_of_before():
+  from fedjax_dp.data.partition import holdout_indices
+  folds = [holdout_indices(1437, 479, f) for f in range(3)]
+  np.testing.assert_array_equal(folds[0], holdout_indices(1437, 479))
+  np.testing.assert_array_equal(np.sort(np.concatenate(folds)), np.arange(1437))
+  labels = np.arange(1437) % 10
+  for fold in range(3):
+    cfg = small_config({**_FULL, "data.samples_per_client": 300, "data.holdout": 479,
+                        "data.holdout_fold": fold})
+    taken = np.concatenate(experiment.partition_clients(cfg, labels))
+    assert taken.size == 900 and not np.isin(folds[fold], taken).any()
+  with pytest.raises(ConfigError, match=r"data.holdout_fold=3 needs 0 <= fold < n // "
+                                        r"data.holdout \(= 3 folds"):
+    holdout_indices(1437, 479, 3)
+  with pytest.raises(ConfigError, match="a fold > 0 needs data.holdout > 0"):
+    experiment.partition_clients(small_config({"data.holdout_fold": 1}), labels)
+  with pytest.raises(ConfigError, match="data.holdout_fold"):
+    check_fields(small_config({"data.holdout_fold": -1}))
 
 
 def test_holdout_zero_is_the_partition_of_before():

@@ -90,6 +90,24 @@ def test_seeds_are_averaged_and_a_setting_that_fails_in_one_seed_is_not_chosen()
   assert list(table.columns[5:9]) == ["ours", "ours_std", "seeds", "setting"]
 
 
+def test_folds_are_scored_by_their_median_so_one_outlier_fold_does_not_choose():
+  # Three folds of set-aside examples, one seed each (test_loss = 1 - accuracy in
+  # _rows). Fold 2 holds an outlier that
+  # lr 0.5 extrapolates on (loss 90): its mean over folds (31.4) is worse than lr
+  # 0.1's (9.7), its median (2.1) better; the median chooses it.
+  loss = cs.Target("fu2023", "LR", "test_loss", 3.0)
+  runs = [(0.1, 0, 9.5), (0.1, 1, 9.6), (0.1, 2, 10.0), (0.5, 0, 2.0), (0.5, 1, 2.1),
+          (0.5, 2, 90.0)]
+  rows = pd.concat([_rows([(lr, 1.0 - v)]).assign(**{"seed": 0, "data.holdout_fold": f},
+                                            point=f"{i:03d}")
+                    for i, (lr, f, v) in enumerate(runs)], ignore_index=True)
+  table = cs.calibration_table(rows, {"client.lr": [0.1, 0.5]}, loss)
+  assert table["ours"].tolist() == pytest.approx([9.6, 2.1])
+  assert table["ours_fold_mean"].tolist() == pytest.approx([29.1 / 3, 94.1 / 3])
+  assert table["folds"].tolist() == [3, 3] and table["chosen"].tolist() == [False, True]
+  assert table["reaches"].tolist() == [False, True]
+
+
 def test_a_reference_only_setting_is_shown_but_never_chosen():
   # No bound on the upload trains best, but no noise can be calibrated to it: the DP
   # figures run at the best bounded point.
@@ -189,7 +207,7 @@ def test_a_held_out_federation_chooses_on_the_set_aside_examples_and_runs_the_fu
   cal, back = cs.held_out_federation(full, 10)
   assert (cal.data.samples_per_client, cal.data.holdout, cal.eval.split) == (
       50, 10 * full.data.num_clients, "unassigned")
-  assert back == ["data.samples_per_client=60", "data.holdout=0"]
+  assert back == ["data.samples_per_client=60", "data.holdout=0", "data.holdout_fold=0"]
   s = experiment.build(cal)
   assert s.x_test.shape[0] >= cal.data.holdout  # the set-aside examples are its split
   target = cs.Target("wei2021", "smoke", "test_accuracy", 0.5)
@@ -202,5 +220,7 @@ def test_a_held_out_federation_chooses_on_the_set_aside_examples_and_runs_the_fu
   assert chosen["test_value"] == pytest.approx(float(fin["test_accuracy"].iloc[0]))
   with pytest.raises(config_lib.ConfigError, match="per_client"):
     cs.held_out_federation(full, 60)
+  with pytest.raises(config_lib.ConfigError, match="folds=2 needs"):
+    cs.calibrate(full, {"client.lr": [0.1]}, target, folds=2)  # nothing set aside
   with pytest.raises(config_lib.ConfigError, match="unbalanced"):
     cs.held_out_federation(config_lib.override(full, ["data.partition=unbalanced"]), 5)

@@ -31,7 +31,12 @@ CNN's 20 x 20 images leave most of MNIST's training set to no client, which scor
 the grid; the LR federation holds all 8,000 training loans, so its choice is made on
 a held-out federation (:func:`fedjax_dp.calibration_sweep.held_out_federation`: the
 same N clients with :data:`HOLD_OUT` fewer loans each, scored on the N x
-:data:`HOLD_OUT` loans set aside). Each chosen setting then runs on the committed
+:data:`HOLD_OUT` loans set aside), over :data:`FOLDS` disjoint folds of set-aside
+loans (``data.holdout_fold``; 8 folds of 1,000 set every training loan aside once),
+each eta scored by the median over the folds: a single fold decided the choice before
+(:func:`holdout_leverage`: one set-aside loan far outside the kept loans' range made
+most of fold 0's squared error, and larger eta extrapolate further on it). Each
+chosen setting then runs on the committed
 federation and its test metric is the table's ``test_value``; ``--select-on test``
 chooses on the test set (the results made before the split existed).
 
@@ -64,6 +69,7 @@ CNN_TARGET = 0.70
 ROUNDS = {"lr": 100, "cnn": 120}   # T_g: T = 100 with E = 1; T = 240 with E = 2
 LOCAL_STEPS = {"lr": 1, "cnn": 2}
 HOLD_OUT = {"lr": 1, "cnn": 0}  # examples per client set aside (0: unassigned ones exist)
+FOLDS = {"lr": 8, "cnn": 1}  # disjoint held-out folds (8 x 1 of each client's 8 loans)
 
 
 def lr_optimum() -> dict[str, float]:
@@ -84,19 +90,28 @@ def lr_optimum() -> dict[str, float]:
           "hessian_max": float(np.linalg.eigvalsh(2 * a.T @ a / len(a)).max())}
 
 
-def holdout_leverage(per_client: int, num_clients: int) -> dict[str, float]:
+def holdout_leverage(per_client: int, num_clients: int, folds: int = 1
+                     ) -> dict[str, float | list[float]]:
   """What the LR's held-out score is made of: the closed-form least-squares fit on the
   loans the held-out federation keeps, its mean squared error on the
-  ``per_client * num_clients`` loans set aside (``data.holdout``), that error without
-  its largest term, the largest term, and the largest absolute feature among the
-  set-aside and among the kept loans (a high-leverage loan decides a mean)."""
+  ``per_client * num_clients`` loans set aside (``data.holdout``, fold 0), that error
+  without its largest term, the largest term, and the largest absolute feature among
+  the set-aside and among the kept loans (a high-leverage loan decides a mean); and
+  the fit's held-out error in each of ``folds`` folds (``data.holdout_fold``)."""
   from fedjax_dp.data import load_dataset
   from fedjax_dp.data.partition import holdout_indices
   ds = load_dataset("lending_club", None)
   x, y = np.asarray(ds.x_train, np.float64), np.asarray(ds.y_train, np.float64)
+  a = np.c_[x, np.ones(len(x))]
+
+  def fold_mse(fold: int) -> float:
+    held = holdout_indices(len(y), per_client * num_clients, fold)
+    kept = np.setdiff1d(np.arange(len(y)), held)
+    theta = np.linalg.lstsq(a[kept], y[kept], rcond=None)[0]
+    return float(np.mean((a[held] @ theta - y[held]) ** 2))
+
   held = holdout_indices(len(y), per_client * num_clients)
   kept = np.setdiff1d(np.arange(len(y)), held)
-  a = np.c_[x, np.ones(len(x))]
   theta = np.linalg.lstsq(a[kept], y[kept], rcond=None)[0]
   sq = (a[held] @ theta - y[held]) ** 2
   err, worst = np.sort(sq), held[np.argmax(sq)]
@@ -106,7 +121,8 @@ def holdout_leverage(per_client: int, num_clients: int) -> dict[str, float]:
           float(err[:-1].mean()), "heldout_largest_sq_error": float(err[-1]),
           "heldout_largest_feature_over_kept_max": float(reach.max()),
           "test_feature_abs_max": float(np.abs(np.asarray(ds.x_test)).max()),
-          "kept_feature_abs_max": float(np.abs(x[kept]).max())}
+          "kept_feature_abs_max": float(np.abs(x[kept]).max()),
+          "heldout_ols_mse_per_fold": [fold_mse(f) for f in range(folds)]}
 
 
 def grad_norms(cfg, lr: float, seed: int = 0) -> pd.DataFrame:
@@ -183,8 +199,11 @@ def main(argv=None):
     cfg = base_config(which)
     cal, back = cs.selection_config(cfg, args.select_on, HOLD_OUT[which])
     runs = f"calibration_{which}_T{cfg.rounds}{cs.select_suffix(args.select_on)}"
+    folds = FOLDS[which] if back else 1
+    if folds > 1:
+      runs += f"_folds{folds}"
     table, rows = cs.calibrate(cal, GRIDS[which], tgt, common.RUNS / runs,
-                               test_overrides=back)
+                               test_overrides=back, folds=folds)
     cs.write_calibration(common.RESULTS, table, rows, GRIDS[which], tgt,
                          png=f"baseline_calibration_{which}")
     pd.set_option("display.width", 200)
@@ -204,11 +223,11 @@ def main(argv=None):
                      "grad_l1_round1_max": float(norms["l1_max"].iloc[0]),
                      "clipped_share_mean": float(norms["clipped_share"].mean())}
       if back:  # chosen on a held-out federation: what its score is made of
-        extra["lr"].update(holdout_leverage(HOLD_OUT["lr"], cfg.data.num_clients))
+        extra["lr"].update(holdout_leverage(HOLD_OUT["lr"], cfg.data.num_clients, folds))
       print(extra["lr"], flush=True)
   common.save_meta("baseline_calibration", start, only=args.only, grids=GRIDS,
                    rounds=ROUNDS, local_steps=LOCAL_STEPS, select_on=args.select_on,
-                   hold_out_per_client=HOLD_OUT, **extra)
+                   hold_out_per_client=HOLD_OUT, holdout_folds=FOLDS, **extra)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,10 @@ def _data_fields() -> ConfigDict:
   # 'unassigned' has a validation set where the partition would use every example
   # (fedjax_dp.data.partition.partition_clients). 0 = none.
   s.holdout = 0
+  # Which block of data.holdout examples of that fixed permutation is set aside: folds
+  # are disjoint and fold 0 is the set of before, so n // data.holdout folds are a
+  # k-fold cross-validation (fedjax_dp.calibration_sweep.calibrate's folds).
+  s.holdout_fold = 0
   s.classes_per_client = 4  # k_classes
   s.alpha = 0.5             # dirichlet
   s.group_sizes = (400, 600, 800, 1000, 1200)  # unbalanced
@@ -605,6 +609,7 @@ FIELD_RULES: dict[str, Rule] = {
     "data.num_clients": Rule("int", 1, _I32),
     "data.samples_per_client": Rule("int", 0, _I32),
     "data.holdout": Rule("int", 0, _I32),
+    "data.holdout_fold": Rule("int", 0, _I32),
     "data.classes_per_client": Rule("int", 1, _I32),
     "data.alpha": _POSITIVE,
     "data.group_sizes": Rule("ints", 1, _I32, min_len=1),

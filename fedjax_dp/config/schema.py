@@ -23,7 +23,7 @@ from typing import Any
 
 from fedjax_dp import config as config_lib
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Fields added to base_config() after schema version 1: {dotted key: the version that
 # added it}. Each has a default that reproduces the behaviour of the runs before it.
 ADDED_FIELDS: dict[str, int] = {
@@ -36,7 +36,9 @@ ADDED_FIELDS: dict[str, int] = {
     # a held-out evaluation split (eval.split='unassigned'); 'test' is the split of before
     "eval.split": 5,
     # training examples no client holds (data.holdout); 0 set none aside before
-    "data.holdout": 6}
+    "data.holdout": 6,
+    # the fold of data.holdout's permutation set aside; 0 is the set of before
+    "data.holdout_fold": 7}
 
 
 def stamped(config: Mapping[str, Any]) -> dict[str, Any]:

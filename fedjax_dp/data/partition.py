@@ -773,31 +773,41 @@ def _skews(cfg):
   return np.asarray(skews, np.float64) if skews else d.skew
 
 
-def holdout_indices(n: int, holdout: int) -> np.ndarray:
+def holdout_indices(n: int, holdout: int, fold: int = 0) -> np.ndarray:
   """The ``holdout`` training examples (of ``n``) set aside before the partition
   (``data.holdout``): a uniform random subset drawn with a fixed generator (seed 0),
   so every run and seed sets aside the same examples and a validation score read on
   them compares runs on one set. Sorted ``int64`` indices ``[holdout]``.
 
+  ``fold`` (``data.holdout_fold``) picks the fold-th block of ``holdout`` examples of
+  the same fixed permutation: folds are disjoint, fold 0 is the set of before, and
+  ``n // holdout`` folds set aside every example once (k-fold cross-validation).
+
   Raises:
-    ConfigError: ``holdout`` outside ``[0, n)`` (no client could hold an example).
+    ConfigError: ``holdout`` outside ``[0, n)`` (no client could hold an example), a
+      negative ``fold``, or a fold past the permutation's end.
   """
   if not 0 <= holdout < n:
     raise ConfigError(f"data.holdout={holdout} must lie in [0, {n}): the training set "
                       f"has {n} examples and the clients need some")
-  return np.sort(np.random.default_rng(0).permutation(n)[:holdout]).astype(np.int64)
+  if fold < 0 or (fold > 0 and (holdout == 0 or (fold + 1) * holdout > n)):
+    raise ConfigError(f"data.holdout_fold={fold} needs 0 <= fold < n // data.holdout "
+                      f"(= {n // holdout if holdout else 0} folds of data.holdout={holdout} "
+                      f"of the {n} training examples; a fold > 0 needs data.holdout > 0)")
+  perm = np.random.default_rng(0).permutation(n)
+  return np.sort(perm[fold * holdout:(fold + 1) * holdout]).astype(np.int64)
 
 
 def partition_clients(cfg, labels, groups=None):
   """The config's partition of the training ``labels`` into clients (index arrays
   into ``labels``): :func:`partition` with the method and arguments ``cfg.data``
   names, seeded by ``cfg.seed``, over the examples :func:`holdout_indices` leaves
-  (``data.holdout``; all of them at 0)."""
-  holdout = int(cfg.data.get("holdout", 0))
-  if holdout == 0:
+  (``data.holdout``, fold ``data.holdout_fold``; all of them at 0)."""
+  holdout, fold = int(cfg.data.get("holdout", 0)), int(cfg.data.get("holdout_fold", 0))
+  if holdout == 0 and fold == 0:
     return _partition_pool(cfg, labels, groups)
   labels = np.asarray(labels)
-  pool = np.setdiff1d(np.arange(len(labels)), holdout_indices(len(labels), holdout))
+  pool = np.setdiff1d(np.arange(len(labels)), holdout_indices(len(labels), holdout, fold))
   parts = _partition_pool(cfg, labels[pool],
                           None if groups is None else np.asarray(groups)[pool])
   return [pool[np.asarray(c, np.int64)] for c in parts]

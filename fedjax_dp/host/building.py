@@ -56,6 +56,10 @@ class Setup:
   data_source: dict | None = None  # Dataset.source: the files read and their SHA-256
   # The content of the data loaded (fedjax_dp.data.fingerprint): part of the noise identity.
   data_fingerprint: str | None = None
+  # What x_test / y_test are (the dataset's test split, or a seed's or fold's unassigned
+  # examples): runs with different ones never share a compiled group (group_key), whose
+  # evaluation reads one x_test for all of its lanes.
+  eval_key: str = ""
 
 
 def data_key(cfg) -> str:
@@ -166,7 +170,7 @@ def _build(cfg, cache: dict | None, given: tuple, federation: Federation | None 
                                  f"{CLIENT_CHUNK_AUTO} (from free memory), got {chunk}")
   _given_checks(cfg, federation, given_model)
   cache = {} if cache is None else cache
-  ds, clients, data, x_test, y_test, fingerprint = _data(cfg, cache, federation)
+  ds, clients, data, x_test, y_test, fingerprint, eval_key = _data(cfg, cache, federation)
   regression = ds.is_regression
   source = ds.source
   if given_model is None:
@@ -218,13 +222,14 @@ def _build(cfg, cache: dict | None, given: tuple, federation: Federation | None 
     chunk = memory.client_chunk_for_memory(model, round_cfg, data, k_slots)
   round_cfg = dataclasses.replace(round_cfg, client_chunk=chunk)
   return Setup(cfg, model, data, x_test, y_test, round_cfg, privacy, u, k_slots, weights,
-               source, fingerprint)
+               source, fingerprint, eval_key)
 
 
 def _data(cfg, cache: dict, federation: Federation | None = None):
-  """The dataset, its clients' indices and packed data, the test set and the data's
-  content fingerprint (shared through ``cache`` by the runs of a sweep that read the
-  same ones). A federation given from Python is the dataset, its clients as given."""
+  """The dataset, its clients' indices and packed data, the evaluation set, the data's
+  content fingerprint and the evaluation set's key (shared through ``cache`` by the
+  runs of a sweep that read the same ones). A federation given from Python is the
+  dataset, its clients as given."""
   key = data_key(cfg)
   if federation is None:
     ds = load_dataset(cfg.data.name, cfg.data.dir)
@@ -258,7 +263,8 @@ def _data(cfg, cache: dict, federation: Federation | None = None):
       x_t, y_t = x_t[keep], y_t[keep]
     cache["test", test_key] = (jnp.asarray(x_t), jnp.asarray(y_t))
   fingerprint = cache[fkey] if federation is None else cache[fkey][0]
-  return ds, clients, data, *cache["test", test_key], fingerprint
+  return (ds, clients, data, *cache["test", test_key], fingerprint,
+          json.dumps(list(test_key), default=str))
 
 
 def _eval_split(ds, clients, split: str, given: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -294,7 +300,11 @@ def same_program(a: Setup, b: Setup) -> bool:
 
 def group_key(s: Setup) -> tuple:
   """What fixes a run's compiled round: model, static round config, cohort slots,
-  data and test-set shapes, evaluation batch. Everything else (seed, epsilon,
-  learning rates, clip norm, schedules, T) is a traced value or host-side."""
+  data and test-set shapes, evaluation batch, and which evaluation set (a group
+  evaluates every lane on its first run's: runs whose unassigned splits differ by seed
+  or ``data.holdout_fold``, or whose datasets differ with equal shapes, go apart).
+  Everything else (seed, epsilon, learning rates, clip norm, schedules, T) is a traced
+  value or host-side."""
   return (s.model, s.round_cfg, s.k_slots, s.data.x.shape, s.data.y.shape,
-          s.x_test.shape, int(s.config.eval.batch_size), streaming.is_host(s.data))
+          s.x_test.shape, s.eval_key, int(s.config.eval.batch_size),
+          streaming.is_host(s.data))
