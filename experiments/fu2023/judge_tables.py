@@ -107,8 +107,8 @@ def main(argv=None):
   fig2 = common.committed("fig2_cnn_epsilon")
   tables = {
       "table2_lr_T_judged": (judge(fig3, "T", "test_loss", PAPER_T2, zero, True), "T",
-                             "Table II (Fig. 3), LR N = 1,000 x 8, b = 100, "
-                             f"eta {common.LR_CALIBRATED}"),
+                             ("Table II (Fig. 3), LR N = 1,000 x 8, b = 100, "
+                              f"eta {common.LR_CALIBRATED}")),
       "table3_lr_E_judged": (judge(fig5[fig5["E"].isin(PAPER_E_GRID)], "E", "test_loss",
                                    PAPER_T3, zero, True), "E",
                              "Table III (Fig. 5, the paper's E grid), LR N = 1,000 x 8, b = 100"),
