@@ -37,7 +37,6 @@ RESULT_DIRS = sorted(p for p in EXPERIMENTS.glob("*/results") if p.is_dir())
 # data.holdout, --select-on.)
 _ADPFL = "re-run with schedule.validation='clients' (the scripts' default): "
 TO_REMAKE = {
-    "adpfl2022/fig6": _ADPFL + "python experiments/adpfl2022/fig6_k.py --seeds 3",
     "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
 }
 
