@@ -30,15 +30,12 @@ EXPERIMENTS = ROOT / "experiments"
 RESULT_DIRS = sorted(p for p in EXPERIMENTS.glob("*/results") if p.is_dir())
 
 # Results whose decisions read the test set though their paper does not say so, each
-# with what re-makes it without. A-DPFL's decay read the test accuracy it is reported
-# on (schedule.validation='server') until 2026-12-02; the scripts now default to the
-# clients' noisy validation score. (The eps = inf calibrations chose on the test set
-# until 2026-12-03; every one is re-made on a held-out split: eval.split='unassigned',
-# data.holdout, --select-on.)
-_ADPFL = "re-run with schedule.validation='clients' (the scripts' default): "
-TO_REMAKE = {
-    "adpfl2022/fig5_alpha": _ADPFL + "python experiments/adpfl2022/fig5_alpha.py --seeds 1",
-}
+# with what re-makes it without. Empty since 2026-12-03: A-DPFL's decay read the test
+# accuracy it is reported on (schedule.validation='server') until 2026-12-02 and every
+# A-DPFL result is re-made on the clients' noisy validation score; the eps = inf
+# calibrations chose on the test set until 2026-12-03 and every one is re-made on a
+# held-out split (eval.split='unassigned', data.holdout, --select-on).
+TO_REMAKE: dict[str, str] = {}
 
 
 def _metas(folder: Path) -> dict[str, dict]:
