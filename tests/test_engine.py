@@ -184,3 +184,26 @@ def test_evaluate_matches_direct_computation():
   logits = model.apply(params, x)
   np.testing.assert_allclose(loss, np.mean(model.per_example_loss(logits, y)), rtol=1e-5)
   np.testing.assert_allclose(acc, np.mean(np.argmax(logits, -1) == y), rtol=1e-6)
+
+
+def test_sweep_evaluate_sets_scores_each_point_on_its_own_set():
+  # Points [G, L] = [2, 3] on three evaluation sets of 37 examples (batches of 8, the
+  # last shifted back): each point's (loss, acc) is evaluate() on its own set alone.
+  from fedjax_dp.training.evaluation import sweep_evaluate_sets
+  rng = np.random.default_rng(0)
+  model = get_model("logistic", (4, 4, 1), 3)
+  keys = jax.random.split(jax.random.PRNGKey(1), 6)
+  flat = jax.vmap(model.init)(keys)
+  params = jax.tree_util.tree_map(lambda a: a.reshape((2, 3) + a.shape[1:]), flat)
+  x = jnp.asarray(rng.normal(size=(3, 37, 4, 4, 1)), jnp.float32)
+  y = jnp.asarray(rng.integers(0, 3, (3, 37)), jnp.int32)
+  which = jnp.asarray([[2, 0, 1], [1, 1, 0]], jnp.int32)
+  loss, acc = jax.jit(lambda p, w: sweep_evaluate_sets(model, p, x, y, w, 8))(params, which)
+  assert loss.shape == acc.shape == (2, 3)
+  for g in range(2):
+    for lane in range(3):
+      p = jax.tree_util.tree_map(lambda a, i=(g, lane): a[i], params)
+      e = int(which[g, lane])
+      ref = engine.evaluate(model, p, x[e], y[e], batch_size=8)
+      np.testing.assert_allclose(loss[g, lane], ref[0], rtol=1e-6)
+      np.testing.assert_allclose(acc[g, lane], ref[1], rtol=1e-6)

@@ -30,7 +30,10 @@ def _base(**sets):
 
 
 # The cohorts of each workload item, which set its mesh with 8 devices.
-COHORTS = {"sweep_cohorts_in_sequence": 6, "sweep_seeds": 8, "run_chunked": 1}
+COHORTS = {"sweep_cohorts_in_sequence": 6, "sweep_seeds": 8, "run_chunked": 1,
+           "unassigned_seeds": 8}
+# Each seed leaves other examples unassigned: 8 evaluation sets in one sharded group.
+UNASSIGNED = {"eval.split": "unassigned"}
 GRIDS = {"sweep_cohorts_in_sequence": {"privacy.epsilon": [2.0, 8.0], "seed": list(range(6))},
          "sweep_seeds": {"seed": list(range(8))}}
 
@@ -62,6 +65,8 @@ def workload() -> dict:
   # One run: mesh (1, 8), its 9 clients over all devices in chunks of 2 rounded up to
   # the axis, 8; central noise.
   out["run_chunked"] = experiment.run(_run_config()).rows
+  # The seeds' sweep scored on each seed's unassigned examples (sweep_evaluate_sets).
+  out["unassigned_seeds"] = sweep.run_sweep(_base(**UNASSIGNED), GRIDS["sweep_seeds"])
   return out
 
 
@@ -83,6 +88,12 @@ def reference() -> tuple[dict, list]:
   return {_point(r): r for r in rows}, experiment.run(_run_config()).rows
 
 
+def unassigned_reference() -> dict:
+  """Each seed's run alone on its own unassigned examples, rows by :func:`_point`."""
+  return {_point({**r, "seed": s}): r for s in GRIDS["sweep_seeds"]["seed"]
+          for r in experiment.run(_base(**UNASSIGNED, seed=s)).rows}
+
+
 def test_eight_devices_match_one(tmp_path):
   path = tmp_path / "eight.json"
   # Added to the suite's XLA flags (tests/conftest.py), which the subprocess keeps.
@@ -98,7 +109,10 @@ def test_eight_devices_match_one(tmp_path):
   eight = json.loads(path.read_text())
   assert eight.pop("num_devices") == 8
   assert eight.pop("meshes") == {"sweep_cohorts_in_sequence": [2, 4], "sweep_seeds": [8, 1],
-                                 "run_chunked": [1, 8]}
+                                 "run_chunked": [1, 8], "unassigned_seeds": [8, 1]}
+  unassigned, by_seed = eight.pop("unassigned_seeds"), unassigned_reference()
+  assert len(unassigned) == len(by_seed) == 16
+  _assert_rows_close([by_seed[_point(r)] for r in unassigned], unassigned, "unassigned")
   # Streamed cohorts give the resident sweep's rows bit for bit.
   streamed = eight.pop("streamed")
   assert _but_wall(streamed) == _but_wall(eight["sweep_cohorts_in_sequence"])
@@ -109,13 +123,17 @@ def test_eight_devices_match_one(tmp_path):
     assert len(set(points)) == len(points) == 2 * int(np.prod([len(v) for v in grid.values()]))
   for name, rows in eight.items():
     want = run_rows if name == "run_chunked" else [by_point[_point(r)] for r in rows]
-    assert len(rows) == len(want), name
-    for a, b in zip(want, rows):
-      for c in COLUMNS:
-        if a[c] in ("", None):
-          assert b[c] in ("", None)
-        else:
-          np.testing.assert_allclose(b[c], a[c], rtol=2e-5, atol=1e-6, err_msg=f"{name} {c}")
+    _assert_rows_close(want, rows, name)
+
+
+def _assert_rows_close(want: list, rows: list, name: str) -> None:
+  assert len(rows) == len(want), name
+  for a, b in zip(want, rows):
+    for c in COLUMNS:
+      if a[c] in ("", None):
+        assert b[c] in ("", None)
+      else:
+        np.testing.assert_allclose(b[c], a[c], rtol=2e-5, atol=1e-6, err_msg=f"{name} {c}")
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ class Setup:
   # The content of the data loaded (fedjax_dp.data.fingerprint): part of the noise identity.
   data_fingerprint: str | None = None
   # What x_test / y_test are (the dataset's test split, or a seed's or fold's unassigned
-  # examples): runs with different ones never share a compiled group (group_key), whose
-  # evaluation reads one x_test for all of its lanes.
+  # examples): a compiled group holds one copy of each distinct set and scores every
+  # run on its own (host.groups._eval_sets).
   eval_key: str = ""
 
 
@@ -300,11 +300,9 @@ def same_program(a: Setup, b: Setup) -> bool:
 
 def group_key(s: Setup) -> tuple:
   """What fixes a run's compiled round: model, static round config, cohort slots,
-  data and test-set shapes, evaluation batch, and which evaluation set (a group
-  evaluates every lane on its first run's: runs whose unassigned splits differ by seed
-  or ``data.holdout_fold``, or whose datasets differ with equal shapes, go apart).
-  Everything else (seed, epsilon, learning rates, clip norm, schedules, T) is a traced
-  value or host-side."""
+  data and test-set shapes, evaluation batch. Everything else (seed, epsilon, learning
+  rates, clip norm, schedules, T, which evaluation set of that shape) is a traced value
+  or host-side."""
   return (s.model, s.round_cfg, s.k_slots, s.data.x.shape, s.data.y.shape,
-          s.x_test.shape, s.eval_key, int(s.config.eval.batch_size),
+          s.x_test.shape, int(s.config.eval.batch_size),
           streaming.is_host(s.data))

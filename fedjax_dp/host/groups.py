@@ -10,7 +10,8 @@ only the device part is batched (and Ctrl-C stops it between rounds,
 
   per round:  for each run: args_p = loop_p.plan_round()        (host, numpy)
               params, metrics = round_fn(params, data, stack(args), active)  (device)
-              [loss, acc] = eval_fn(params, test set)            (device, if wanted)
+              [loss, acc] = eval_fn(params, test set)            (device, if wanted;
+                                                                   each run its own set)
               for each run: loop_p.record(metrics[p], ...)       (host: accountant,
                                                                    schedule.observe)
 """
@@ -163,7 +164,8 @@ class _Program(NamedTuple):
   """A group's compiled round on its mesh, and the device copies it reads."""
 
   round_fn: Any            # (params, data, args, active) -> (params, metrics), [G, L]
-  eval_fn: Any             # (params, x, y) -> (loss, acc), [G, L]
+  eval_fn: Any             # (params, x, y) -> (loss, acc), [G, L]; with several
+                           # evaluation sets (params, x, y, which)
   val_fn: Any              # (params, data, args, std) -> (released, exact), [G, L]
   data: Any                # client data (stacked [D, U, ...] for several datasets);
                            # None when streamed from the host
@@ -176,6 +178,7 @@ class _Program(NamedTuple):
   num_cohorts: int         # G
   num_lanes: int           # L
   stream: Any = None       # streaming.CohortStream (data.placement='host'), else None
+  eval_sets: int = 1       # E: x_test [E, N, ...] when > 1 (each run scores on its own)
 
 
 def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int]]:
@@ -191,6 +194,16 @@ def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int]]:
   return datasets, data_ids
 
 
+def _eval_sets(setups: Sequence[Setup]) -> tuple[list[Setup], list[int]]:
+  """The runs holding each distinct evaluation set (by ``Setup.eval_key``: a seed's or
+  fold's unassigned examples differ, the test split is one), and each run's index
+  into them."""
+  firsts: dict[str, int] = {}
+  ids = [firsts.setdefault(s.eval_key, len(firsts)) for s in setups]
+  holders = {i: s for s, i in zip(setups, ids)}
+  return [holders[i] for i in range(len(firsts))], ids
+
+
 def _device_data(datasets: list[FederatedData]) -> Any:
   """The data the round reads: the one dataset, all of them stacked ``[D, U, ...]``,
   or None when they stay on the host (streamed cohort by cohort, _Lanes.feed)."""
@@ -201,11 +214,15 @@ def _device_data(datasets: list[FederatedData]) -> Any:
 
 
 def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData],
-             layout: list, devices) -> _Program:
+             layout: list, devices, evals: Sequence[Setup] = ()) -> _Program:
   """The device data, the mesh, the client chunk of this group, and the jitted sweep
-  functions."""
+  functions; ``evals`` holds a run per distinct evaluation set (:func:`_eval_sets`),
+  stacked ``[E, N, ...]`` when there are several."""
   model, round_cfg = first.model, first.round_cfg
   data = _device_data(datasets)
+  evals = list(evals) or [first]
+  x_test, y_test = ((first.x_test, first.y_test) if len(evals) == 1 else
+                    (np.stack([e.x_test for e in evals]), np.stack([e.y_test for e in evals])))
   num_cohorts, num_lanes = len(layout), len(layout[0])
   mesh = sharding.make_mesh(num_cohorts, devices)
   trivial = sharding.is_trivial(mesh)
@@ -214,7 +231,7 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData],
   else:
     pts, rep = sharding.points(mesh), sharding.replicated(mesh)
     args_sharding = program.round_args_sharding(mesh)
-  data, x_test, y_test = sharding.put((data, first.x_test, first.y_test), rep)
+  data, x_test, y_test = sharding.put((data, x_test, y_test), rep)
   n_sweep, n_clients = mesh.shape[sharding.SWEEP], mesh.shape[sharding.CLIENTS]
   k_slots = -(-first.k_slots // n_clients) * n_clients
   if int(cfgs[0].server.client_chunk) == CLIENT_CHUNK_AUTO:
@@ -237,17 +254,22 @@ def _compile(cfgs: Sequence[Any], first: Setup, datasets: list[FederatedData],
   round_fn, eval_fn = program.make_sweep_fns(model, round_cfg,
                                              int(cfgs[0].eval.batch_size),
                                              None if trivial else mesh)
+  if len(evals) > 1:
+    eval_fn = program.make_sets_eval_fn(model, int(cfgs[0].eval.batch_size),
+                                        None if trivial else mesh)
   val_fn = evaluation.make_validation_fn(model, round_cfg)
   return _Program(round_fn, eval_fn, val_fn, data, x_test, y_test, pts, args_sharding,
-                  trivial, k_slots, num_cohorts, num_lanes, stream)
+                  trivial, k_slots, num_cohorts, num_lanes, stream, len(evals))
 
 
 class _Lanes:
   """The host side of a running group: each lane's current run, the runs' loops,
   their stacked device models ``[G, L, ...]`` and what each round planned."""
 
-  def __init__(self, prog: _Program, model, cfgs, setups, out_dirs, layout, data_ids, bar):
+  def __init__(self, prog: _Program, model, cfgs, setups, out_dirs, layout, data_ids, bar,
+               eval_ids: Sequence[int] | None = None):
     self.prog, self.cfgs, self.data_ids, self.bar = prog, cfgs, data_ids, bar
+    self.eval_ids = list(eval_ids) if eval_ids is not None else [0] * len(cfgs)
     self.num = len(cfgs)
     init = _jit_init(model)
     self._init, self._inits = init, {}
@@ -443,8 +465,11 @@ class _Lanes:
     if not any(self.loops[i].wants_eval for i, _ in planned.values()):
       return None
     prog = self.prog
-    return np.stack(jax.device_get(prog.eval_fn(self.params, prog.x_test, prog.y_test)),
-                    axis=-1)
+    sets = () if prog.eval_sets == 1 else (sharding.put(np.array(
+        [[self.eval_ids[i] if i is not None else 0 for i in row] for row in self.current],
+        np.int32), prog.pts),)
+    return np.stack(jax.device_get(prog.eval_fn(self.params, prog.x_test, prog.y_test,
+                                                *sets)), axis=-1)
 
   def record(self, planned, metrics, val, test) -> None:
     """Each run records its round (and saves a checkpoint when due); the bar moves."""
@@ -504,11 +529,13 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
       raise ValueError("run_group: runs differ in static config or shapes; group them "
                        "with experiment.group_key")
   datasets, data_ids = _datasets(setups)
+  evals, eval_ids = _eval_sets(setups)
   layout = lane_layout([(cohort_key(c), d) for c, d in zip(cfgs, data_ids)],
                        [int(c.rounds) for c in cfgs])
-  prog = _compile(cfgs, first, datasets, layout, devices)
+  prog = _compile(cfgs, first, datasets, layout, devices, evals)
   try:
-    lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar)
+    lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar,
+                   eval_ids)
     while True:
       if requested():
         lanes.interrupt()

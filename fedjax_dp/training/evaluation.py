@@ -2,7 +2,7 @@
 
 :func:`evaluate` gives a model's mean loss and accuracy on the test set in batches;
 :func:`sweep_evaluate` does it for every point of a sweep in one pass over the test
-set. :func:`selected_accuracy` is A-DPFL's validation score on the round's selected
+set, :func:`sweep_evaluate_sets` when the points score on different sets. :func:`selected_accuracy` is A-DPFL's validation score on the round's selected
 clients' data, released with Gaussian noise (``schedule.validation='clients'``).
 Only these aggregates leave the device.
 """
@@ -31,8 +31,14 @@ PyTree = Any
 
 
 def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
-             batch_size: int = 2048) -> tuple[jax.Array, jax.Array]:
+             batch_size: int = 2048, which: jax.Array | None = None
+             ) -> tuple[jax.Array, jax.Array]:
   """Mean loss and accuracy of ``params`` on ``x [N, ...]``, ``y [N]``, in batches.
+
+  With ``which`` (an int32 scalar), ``x [E, N, ...]``, ``y [E, N]`` hold E evaluation
+  sets of equal size and the model is scored on set ``which``: each batch is sliced
+  out of that set alone, so under ``vmap`` over ``which`` only a batch per point is
+  gathered, never a set.
 
   For a regressor (``model.is_regression``, a static switch) the loss is the test MSE
   and the accuracy is NaN: there is no accuracy to report.
@@ -43,15 +49,20 @@ def evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
   made evaluation several times slower than the model on CPU). The last batch is
   shifted back to stay in bounds and counts only the examples it adds.
   """
-  n = x.shape[0]
+  n = x.shape[0] if which is None else x.shape[1]
   bs = min(batch_size, n)
   num_batches = -(-n // bs)
+
+  def rows(a, start):
+    if which is None:
+      return jax.lax.dynamic_slice_in_dim(a, start, bs)
+    return jax.lax.dynamic_slice(a, (which, start) + (0,) * (a.ndim - 2),
+                                 (1, bs) + a.shape[2:])[0]
 
   def body(i, carry):
     loss_sum, correct_sum = carry
     start = jnp.minimum(i * bs, n - bs)
-    xb = jax.lax.dynamic_slice_in_dim(x, start, bs)
-    yb = jax.lax.dynamic_slice_in_dim(y, start, bs)
+    xb, yb = rows(x, start), rows(y, start)
     new = (start + jnp.arange(bs) >= i * bs).astype(jnp.float32)
     logits = model.apply(params, xb)
     losses = model.per_example_loss(logits, yb)
@@ -75,6 +86,20 @@ def sweep_evaluate(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
   lead = jax.tree_util.tree_leaves(params)[0].shape[:2]
   flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), params)
   loss, acc = jax.vmap(lambda p: evaluate(model, p, x, y, batch_size))(flat)
+  return loss.reshape(lead), acc.reshape(lead)
+
+
+def sweep_evaluate_sets(model: Model, params: PyTree, x: jax.Array, y: jax.Array,
+                        which: jax.Array, batch_size: int = 2048
+                        ) -> tuple[jax.Array, jax.Array]:
+  """:func:`sweep_evaluate` where the points score on different evaluation sets of
+  equal size: ``x [E, N, ...]``, ``y [E, N]``, point ``(g, l)`` on set ``which [G, L]``
+  (e.g. each seed's unassigned examples). Each batch gathers one batch per point, so
+  memory grows with the points, not with E."""
+  lead = which.shape
+  flat = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), params)
+  loss, acc = jax.vmap(lambda p, w: evaluate(model, p, x, y, batch_size, w))(
+      flat, which.reshape(-1))
   return loss.reshape(lead), acc.reshape(lead)
 
 

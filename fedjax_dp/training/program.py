@@ -17,7 +17,7 @@ import jax
 from fedjax_dp import sharding
 from fedjax_dp.data.federated import FederatedData
 from fedjax_dp.models.base import Model
-from fedjax_dp.training.evaluation import sweep_evaluate
+from fedjax_dp.training.evaluation import sweep_evaluate, sweep_evaluate_sets
 from fedjax_dp.training.rounds import (
   RoundArgs,
   RoundConfig,
@@ -122,6 +122,21 @@ def make_sweep_fns(model: Model, cfg: RoundConfig, eval_batch_size: int = 2048,
   return (jax.jit(round_fn, in_shardings=(pts, rep, args_sharding, pts),
                   out_shardings=(pts, rep), donate_argnums=0),
           jax.jit(eval_fn, in_shardings=(pts, rep, rep), out_shardings=rep))
+
+
+@functools.lru_cache(maxsize=32)
+def make_sets_eval_fn(model: Model, eval_batch_size: int = 2048, mesh: Any = None):
+  """Jitted ``eval_fn(params, x, y, which) -> (loss [G, L], acc [G, L])`` for a group
+  whose points score on different evaluation sets ``x [E, N, ...]``, ``y [E, N]``
+  (point ``(g, l)`` on set ``which [G, L]``; :func:`evaluation.sweep_evaluate_sets`)."""
+
+  def eval_fn(params, x, y, which):
+    return sweep_evaluate_sets(model, model_params(params), x, y, which, eval_batch_size)
+
+  if sharding.is_trivial(mesh):
+    return jax.jit(eval_fn)
+  pts, rep = sharding.points(mesh), sharding.replicated(mesh)
+  return jax.jit(eval_fn, in_shardings=(pts, rep, rep, pts), out_shardings=rep)
 
 
 def round_args_sharding(mesh) -> RoundArgs:
