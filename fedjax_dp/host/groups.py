@@ -181,27 +181,25 @@ class _Program(NamedTuple):
   eval_sets: int = 1       # E: x_test [E, N, ...] when > 1 (each run scores on its own)
 
 
+def _distinct(setups: Sequence[Setup], key) -> tuple[list[Setup], list[int]]:
+  """The first run of each distinct ``key(setup)``, and each run's index into them."""
+  firsts: dict[Any, int] = {}
+  ids = [firsts.setdefault(key(s), len(firsts)) for s in setups]
+  holders = {i: s for s, i in reversed(list(zip(setups, ids)))}
+  return [holders[i] for i in range(len(firsts))], ids
+
+
 def _datasets(setups: Sequence[Setup]) -> tuple[list[FederatedData], list[int]]:
   """One copy per distinct dataset, and each run's index into them (its data_id)."""
-  datasets: list[FederatedData] = []
-  data_ids = []
-  for s in setups:
-    found = next((i for i, d in enumerate(datasets) if d is s.data), None)
-    if found is None:
-      datasets.append(s.data)
-      found = len(datasets) - 1
-    data_ids.append(found)
-  return datasets, data_ids
+  holders, data_ids = _distinct(setups, lambda s: id(s.data))
+  return [s.data for s in holders], data_ids
 
 
 def _eval_sets(setups: Sequence[Setup]) -> tuple[list[Setup], list[int]]:
   """The runs holding each distinct evaluation set (by ``Setup.eval_key``: a seed's or
   fold's unassigned examples differ, the test split is one), and each run's index
   into them."""
-  firsts: dict[str, int] = {}
-  ids = [firsts.setdefault(s.eval_key, len(firsts)) for s in setups]
-  holders = {i: s for s, i in zip(setups, ids)}
-  return [holders[i] for i in range(len(firsts))], ids
+  return _distinct(setups, lambda s: s.eval_key)
 
 
 def _device_data(datasets: list[FederatedData]) -> Any:
@@ -266,10 +264,10 @@ class _Lanes:
   """The host side of a running group: each lane's current run, the runs' loops,
   their stacked device models ``[G, L, ...]`` and what each round planned."""
 
-  def __init__(self, prog: _Program, model, cfgs, setups, out_dirs, layout, data_ids, bar,
-               eval_ids: Sequence[int] | None = None):
+  def __init__(self, prog: _Program, model, cfgs, setups, out_dirs, layout, data_ids,
+               eval_ids, bar):
     self.prog, self.cfgs, self.data_ids, self.bar = prog, cfgs, data_ids, bar
-    self.eval_ids = list(eval_ids) if eval_ids is not None else [0] * len(cfgs)
+    self.eval_ids = eval_ids  # each run's index into the group's evaluation sets
     self.num = len(cfgs)
     init = _jit_init(model)
     self._init, self._inits = init, {}
@@ -534,8 +532,8 @@ def run_group(cfgs: Sequence[Any], setups: Sequence[Setup],
                        [int(c.rounds) for c in cfgs])
   prog = _compile(cfgs, first, datasets, layout, devices, evals)
   try:
-    lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, bar,
-                   eval_ids)
+    lanes = _Lanes(prog, first.model, cfgs, setups, out_dirs, layout, data_ids, eval_ids,
+                   bar)
     while True:
       if requested():
         lanes.interrupt()

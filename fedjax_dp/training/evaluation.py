@@ -2,7 +2,8 @@
 
 :func:`evaluate` gives a model's mean loss and accuracy on the test set in batches;
 :func:`sweep_evaluate` does it for every point of a sweep in one pass over the test
-set, :func:`sweep_evaluate_sets` when the points score on different sets. :func:`selected_accuracy` is A-DPFL's validation score on the round's selected
+set, :func:`sweep_evaluate_sets` when the points score on different sets.
+:func:`selected_accuracy` is A-DPFL's validation score on the round's selected
 clients' data, released with Gaussian noise (``schedule.validation='clients'``).
 Only these aggregates leave the device.
 """
