@@ -155,3 +155,22 @@ def test_reproduction_lists_every_checklist_item():
                  "fig5_6_refinement.py", "equal_certified.py", "fig7_9_svm_adult.py",
                  "fig8_10_cnn.py", "table3_mia"):
     assert script in text, script
+
+
+def test_cnn_sgd_calibration_reads_tau_as_five_steps_at_full_batch():
+  """``calibrate.py --cnn-sgd`` reads tau = 5 as steps or epochs; at full batch an epoch
+  is one step, so both readings give 5 (the optimizer blocks once gave 5 x 50 = 250)."""
+  import importlib.util
+  import sys
+  here = Path(__file__).resolve().parents[1] / "experiments" / "yuan2023"
+  sys.path.insert(0, str(here))
+  try:
+    spec = importlib.util.spec_from_file_location("yuan2023_calibrate_for_test",
+                                                  here / "calibrate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+  finally:
+    sys.path.remove(str(here))
+  assert [mod.local_steps(r, 0, 50) for r in ("steps", "epochs")] == [5, 5]
+  assert [mod.local_steps("epochs", b, 50) for b in (25, 10, 7)] == [10, 25, 40]
+  assert mod.local_steps("steps", 10, 50) == 5

@@ -116,12 +116,20 @@ def run_controls(samples: int = 600) -> None:
   print(t.to_string(index=False), flush=True)
 
 
+def local_steps(reading: str, b: int, samples: int) -> int:
+  """Local steps for tau = 5 read as ``reading`` ('steps' or 'epochs') at batch size
+  ``b`` (0 = full batch, whose epoch is one step) over ``samples`` per client."""
+  if reading == "steps" or b == 0:
+    return common.TAU
+  return common.TAU * math.ceil(samples / b)
+
+
 def _sgd_block(args, reading: str, b: int, optimizer: str, lrs) -> str:
   """One calibration block of the CNN at minibatch SGD: batch size ``b``, tau read as
   ``reading``, the client optimizer ``optimizer`` over the rates ``lrs``; returns its
   chosen setting and accuracy."""
   target, samples = TARGETS["cnn"], args.cnn_samples
-  steps = common.TAU if reading == "steps" else common.TAU * math.ceil(samples / max(b, 1))
+  steps = local_steps(reading, b, samples)
   cfg, _ = cs.selection_config(base_config("cnn", samples), args.select_on)
   cfg.client.clip_mode = "update_l2"
   cfg.client.local_steps = steps
