@@ -197,13 +197,24 @@ def test_sweep_evaluate_sets_scores_each_point_on_its_own_set():
   params = jax.tree_util.tree_map(lambda a: a.reshape((2, 3) + a.shape[1:]), flat)
   x = jnp.asarray(rng.normal(size=(3, 37, 4, 4, 1)), jnp.float32)
   y = jnp.asarray(rng.integers(0, 3, (3, 37)), jnp.int32)
-  which = jnp.asarray([[2, 0, 1], [1, 1, 0]], jnp.int32)
-  loss, acc = jax.jit(lambda p, w: sweep_evaluate_sets(model, p, x, y, w, 8))(params, which)
-  assert loss.shape == acc.shape == (2, 3)
-  for g in range(2):
-    for lane in range(3):
-      p = jax.tree_util.tree_map(lambda a, i=(g, lane): a[i], params)
-      e = int(which[g, lane])
-      ref = engine.evaluate(model, p, x[e], y[e], batch_size=8)
-      np.testing.assert_allclose(loss[g, lane], ref[0], rtol=1e-6)
-      np.testing.assert_allclose(acc[g, lane], ref[1], rtol=1e-6)
+  fn = jax.jit(lambda p, w: sweep_evaluate_sets(model, p, x, y, w, 8))
+  # [G, L]: a set per point; [G]: a set per row, its lanes sharing each batch.
+  for which in (jnp.asarray([[2, 0, 1], [1, 1, 0]], jnp.int32), jnp.asarray([2, 0], jnp.int32)):
+    loss, acc = fn(params, which)
+    assert loss.shape == acc.shape == (2, 3)
+    for g in range(2):
+      for lane in range(3):
+        p = jax.tree_util.tree_map(lambda a, i=(g, lane): a[i], params)
+        e = int(which[g, lane] if which.ndim == 2 else which[g])
+        ref = engine.evaluate(model, p, x[e], y[e], batch_size=8)
+        np.testing.assert_allclose(loss[g, lane], ref[0], rtol=1e-6)
+        np.testing.assert_allclose(acc[g, lane], ref[1], rtol=1e-6)
+
+
+def test_row_sets_names_a_set_per_row_only_when_every_wave_of_the_row_shares_it():
+  from fedjax_dp.host.groups import _row_sets
+  # Two rows of two lanes, each lane a queue of runs (None: idle in that wave).
+  layout = [[[0, 2], [1, None]], [[3], [4]]]
+  np.testing.assert_array_equal(_row_sets(layout, [1, 1, 1, 0, 0]), [1, 0])
+  assert _row_sets(layout, [1, 1, 0, 0, 0]) is None  # row 0's second wave differs
+  assert _row_sets(layout, [1, 0, 1, 0, 0]) is None  # row 0's lanes differ

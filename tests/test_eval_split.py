@@ -43,10 +43,17 @@ def test_unassigned_with_a_subset_and_the_refusals():
     check_fields(small_config({"eval.split": "validation"}))
 
 
+@pytest.mark.parametrize("per_point", [False, True], ids=["set_per_row", "set_per_point"])
 @pytest.mark.parametrize("varied", ["seed", "data.holdout_fold"])
-def test_a_batched_sweep_evaluates_each_run_on_its_own_unassigned_split(varied):
+def test_a_batched_sweep_evaluates_each_run_on_its_own_unassigned_split(varied, per_point,
+                                                                        monkeypatch):
   # The unassigned examples differ by seed (a partition that leaves some over) and by
-  # fold: runs batched into one sweep score what each would score alone.
+  # fold: runs batched into one sweep score what each would score alone. Each run is a
+  # row here, so its lanes share the row's set; ``per_point`` forces the fallback that
+  # names a set per point (rows whose runs hold different sets).
+  from fedjax_dp.host import groups
+  if per_point:
+    monkeypatch.setattr(groups, "_row_sets", lambda layout, eval_ids: None)
   base = {"data.num_clients": 4, "data.samples_per_client": 100, "rounds": 2,
           "server.clients_per_round": 4, "eval.split": "unassigned", "progress": "false"}
   if varied == "data.holdout_fold":

@@ -202,6 +202,16 @@ def _eval_sets(setups: Sequence[Setup]) -> tuple[list[Setup], list[int]]:
   return _distinct(setups, lambda s: s.eval_key)
 
 
+def _row_sets(layout: list, eval_ids: Sequence[int]) -> np.ndarray | None:
+  """``[G]`` the evaluation set of each row when all runs of the row, over all its
+  waves, share one (a row is a cohort: one partition, so one seed's unassigned
+  examples), else None (points then name their sets one by one)."""
+  rows = [{eval_ids[i] for lane in row for i in lane if i is not None} for row in layout]
+  if any(len(r) > 1 for r in rows):
+    return None
+  return np.array([min(r, default=0) for r in rows], np.int32)
+
+
 def _device_data(datasets: list[FederatedData]) -> Any:
   """The data the round reads: the one dataset, all of them stacked ``[D, U, ...]``,
   or None when they stay on the host (streamed cohort by cohort, _Lanes.feed)."""
@@ -268,6 +278,9 @@ class _Lanes:
                eval_ids, bar):
     self.prog, self.cfgs, self.data_ids, self.bar = prog, cfgs, data_ids, bar
     self.eval_ids = eval_ids  # each run's index into the group's evaluation sets
+    self.row_sets = _row_sets(layout, eval_ids) if prog.eval_sets > 1 else None
+    if self.row_sets is not None:  # fixed for the group's life: placed once
+      self.row_sets = sharding.put(self.row_sets, prog.pts)
     self.num = len(cfgs)
     init = _jit_init(model)
     self._init, self._inits = init, {}
@@ -463,9 +476,14 @@ class _Lanes:
     if not any(self.loops[i].wants_eval for i, _ in planned.values()):
       return None
     prog = self.prog
-    sets = () if prog.eval_sets == 1 else (sharding.put(np.array(
-        [[self.eval_ids[i] if i is not None else 0 for i in row] for row in self.current],
-        np.int32), prog.pts),)
+    if prog.eval_sets == 1:
+      sets = ()
+    elif self.row_sets is not None:  # each row's lanes share its set
+      sets = (self.row_sets,)
+    else:
+      sets = (sharding.put(np.array(
+          [[self.eval_ids[i] if i is not None else 0 for i in row] for row in self.current],
+          np.int32), prog.pts),)
     return np.stack(jax.device_get(prog.eval_fn(self.params, prog.x_test, prog.y_test,
                                                 *sets)), axis=-1)
 

@@ -128,7 +128,8 @@ def make_sweep_fns(model: Model, cfg: RoundConfig, eval_batch_size: int = 2048,
 def make_sets_eval_fn(model: Model, eval_batch_size: int = 2048, mesh: Any = None):
   """Jitted ``eval_fn(params, x, y, which) -> (loss [G, L], acc [G, L])`` for a group
   whose points score on different evaluation sets ``x [E, N, ...]``, ``y [E, N]``
-  (point ``(g, l)`` on set ``which [G, L]``; :func:`evaluation.sweep_evaluate_sets`)."""
+  (point ``(g, l)`` on set ``which [G, L]``, or row ``g`` on ``which [G]``;
+  :func:`evaluation.sweep_evaluate_sets`)."""
 
   def eval_fn(params, x, y, which):
     return sweep_evaluate_sets(model, model_params(params), x, y, which, eval_batch_size)
