@@ -157,20 +157,45 @@ def test_reproduction_lists_every_checklist_item():
     assert script in text, script
 
 
-def test_cnn_sgd_calibration_reads_tau_as_five_steps_at_full_batch():
-  """``calibrate.py --cnn-sgd`` reads tau = 5 as steps or epochs; at full batch an epoch
-  is one step, so both readings give 5 (the optimizer blocks once gave 5 x 50 = 250)."""
+def _yuan_module(name):
+  """experiments/yuan2023/<name>.py as a module (its sibling imports resolved)."""
   import importlib.util
   import sys
   here = Path(__file__).resolve().parents[1] / "experiments" / "yuan2023"
   sys.path.insert(0, str(here))
   try:
-    spec = importlib.util.spec_from_file_location("yuan2023_calibrate_for_test",
-                                                  here / "calibrate.py")
+    spec = importlib.util.spec_from_file_location(f"yuan2023_{name}_for_test",
+                                                  here / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
   finally:
     sys.path.remove(str(here))
+  return mod
+
+
+def test_cnn_sgd_calibration_reads_tau_as_five_steps_at_full_batch():
+  """``calibrate.py --cnn-sgd`` reads tau = 5 as steps or epochs; at full batch an epoch
+  is one step, so both readings give 5 (the optimizer blocks once gave 5 x 50 = 250)."""
+  mod = _yuan_module("calibrate")
   assert [mod.local_steps(r, 0, 50) for r in ("steps", "epochs")] == [5, 5]
   assert [mod.local_steps("epochs", b, 50) for b in (25, 10, 7)] == [10, 25, 40]
   assert mod.local_steps("steps", 10, 50) == 5
+
+
+def test_fig8_10_takes_the_sgd_block_best_on_unassigned_images_never_on_the_test_set(
+    tmp_path, monkeypatch):
+  import pandas as pd
+  mod = _yuan_module("fig8_10_cnn")
+  fig = mod.FIGURE
+  rows = [  # (block, setting, chosen, ours on unassigned images, test_value)
+      ("[SGD: B = 10]", "client.clip_mode=update_l2 client.lr=0.3", True, 0.79, 0.70),
+      ("[SGD: B = 10]", "client.clip_mode=update_l2 client.lr=1.0", False, 0.95, None),
+      ("[SGD: B = 25]", "client.clip_mode=update_l2 client.lr=0.1", True, 0.75, 0.99),
+      ("[SGD: B = 5]", "client.clip_mode=none client.lr=0.1", True, 0.99, 0.99)]
+  pd.DataFrame([{"figure": f"{fig} {b}", "setting": st, "chosen": c, "ours": o,
+                 "test_value": t} for b, st, c, o, t in rows]).to_csv(
+      tmp_path / "baseline_calibration_cnn_sgd.csv", index=False)
+  monkeypatch.setattr(mod.common, "RESULTS", tmp_path)
+  assert mod.calibrated_setting("sgd") == "client.clip_mode=update_l2 client.lr=0.3"
+  with pytest.raises(SystemExit, match="calibrate.py --only cnn"):
+    mod.calibrated_setting("gd")  # no full-batch calibration in tmp_path
