@@ -162,6 +162,10 @@ def _yuan_module(name):
   import importlib.util
   import sys
   here = Path(__file__).resolve().parents[1] / "experiments" / "yuan2023"
+  # Each paper's scripts import siblings by bare name (``common``): hide another
+  # paper's cached ``common`` while these load, and put it back after.
+  siblings = {p.stem for p in here.glob("*.py")}
+  saved = {k: sys.modules.pop(k) for k in siblings if k in sys.modules}
   sys.path.insert(0, str(here))
   try:
     spec = importlib.util.spec_from_file_location(f"yuan2023_{name}_for_test",
@@ -170,6 +174,9 @@ def _yuan_module(name):
     spec.loader.exec_module(mod)
   finally:
     sys.path.remove(str(here))
+    for k in siblings:
+      sys.modules.pop(k, None)
+    sys.modules.update(saved)
   return mod
 
 
