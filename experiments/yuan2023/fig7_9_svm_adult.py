@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 import time
 
 import common
@@ -56,7 +57,7 @@ def plot(curve, group, label, name, title, loss="hinge"):
     ax.set_xlabel("M (aggregations, tau=5)")
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=8)
-  fig.suptitle(title)
+  fig.suptitle(textwrap.fill(title, 120), fontsize=9)  # long settings wrap, not clip
   common.savefig(fig, name)
 
 
