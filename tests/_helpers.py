@@ -1,5 +1,7 @@
 """Small fixtures shared by the tests: toy federated data and reduced configs."""
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +59,24 @@ def assert_rows_close(got, want, columns=FLOAT_COLUMNS):
         assert a in ("", None) and b in ("", None), c
       else:
         np.testing.assert_allclose(float(a), float(b), rtol=2e-5, atol=1e-6, err_msg=c)
+
+
+def load_experiment(paper: str, name: str):
+  """``experiments/<paper>/<name>.py`` as a module. The papers' scripts import their
+  siblings by bare name (``common``): another paper's cached ones are hidden while
+  these load and put back after, so no test sees the wrong paper's ``common``."""
+  here = ROOT / "experiments" / paper
+  siblings = {p.stem for p in here.glob("*.py")}
+  saved = {k: sys.modules.pop(k) for k in siblings if k in sys.modules}
+  sys.path.insert(0, str(here))
+  try:
+    spec = importlib.util.spec_from_file_location(f"{paper}_{name}_for_test",
+                                                  here / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+  finally:
+    sys.path.remove(str(here))
+    for k in siblings:
+      sys.modules.pop(k, None)
+    sys.modules.update(saved)
+  return mod

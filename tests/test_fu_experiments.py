@@ -4,27 +4,18 @@ tests/test_notebooks.py executes notebooks/fu2023_iterations.ipynb in SMOKE mode
 checks here are on what it and experiments/fu2023 hold.
 """
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
 import pandas as pd
+from _helpers import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "fu2023_iterations.ipynb"
-FU = ROOT / "experiments" / "fu2023"
 
 
 def _module(name):
-  spec = importlib.util.spec_from_file_location(f"fu2023_{name}", FU / f"{name}.py")
-  mod = importlib.util.module_from_spec(spec)
-  import sys
-  sys.path.insert(0, str(FU))
-  try:
-    spec.loader.exec_module(mod)
-  finally:
-    sys.path.remove(str(FU))
-  return mod
+  return load_experiment("fu2023", name)
 
 
 def test_notebook_is_clean_and_holds_the_three_sweeps():

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import nbformat
 import numpy as np
 import pytest
-from _helpers import toy_federated
+from _helpers import load_experiment, toy_federated
 
 from fedjax_dp.models import get_model
 from fedjax_dp.privacy import accounting, calibration, formulas
@@ -157,33 +157,10 @@ def test_reproduction_lists_every_checklist_item():
     assert script in text, script
 
 
-def _yuan_module(name):
-  """experiments/yuan2023/<name>.py as a module (its sibling imports resolved)."""
-  import importlib.util
-  import sys
-  here = Path(__file__).resolve().parents[1] / "experiments" / "yuan2023"
-  # Each paper's scripts import siblings by bare name (``common``): hide another
-  # paper's cached ``common`` while these load, and put it back after.
-  siblings = {p.stem for p in here.glob("*.py")}
-  saved = {k: sys.modules.pop(k) for k in siblings if k in sys.modules}
-  sys.path.insert(0, str(here))
-  try:
-    spec = importlib.util.spec_from_file_location(f"yuan2023_{name}_for_test",
-                                                  here / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-  finally:
-    sys.path.remove(str(here))
-    for k in siblings:
-      sys.modules.pop(k, None)
-    sys.modules.update(saved)
-  return mod
-
-
 def test_cnn_sgd_calibration_reads_tau_as_five_steps_at_full_batch():
   """``calibrate.py --cnn-sgd`` reads tau = 5 as steps or epochs; at full batch an epoch
   is one step, so both readings give 5 (the optimizer blocks once gave 5 x 50 = 250)."""
-  mod = _yuan_module("calibrate")
+  mod = load_experiment("yuan2023", "calibrate")
   assert [mod.local_steps(r, 0, 50) for r in ("steps", "epochs")] == [5, 5]
   assert [mod.local_steps("epochs", b, 50) for b in (25, 10, 7)] == [10, 25, 40]
   assert mod.local_steps("steps", 10, 50) == 5
@@ -192,7 +169,7 @@ def test_cnn_sgd_calibration_reads_tau_as_five_steps_at_full_batch():
 def test_fig8_10_takes_the_sgd_block_best_on_unassigned_images_never_on_the_test_set(
     tmp_path, monkeypatch):
   import pandas as pd
-  mod = _yuan_module("fig8_10_cnn")
+  mod = load_experiment("yuan2023", "fig8_10_cnn")
   fig = mod.FIGURE
   rows = [  # (block, setting, chosen, ours on unassigned images, test_value)
       ("[SGD: B = 10]", "client.clip_mode=update_l2 client.lr=0.3", True, 0.79, 0.70),

@@ -278,9 +278,9 @@ class _Lanes:
                eval_ids, bar):
     self.prog, self.cfgs, self.data_ids, self.bar = prog, cfgs, data_ids, bar
     self.eval_ids = eval_ids  # each run's index into the group's evaluation sets
-    self.row_sets = _row_sets(layout, eval_ids) if prog.eval_sets > 1 else None
-    if self.row_sets is not None:  # fixed for the group's life: placed once
-      self.row_sets = sharding.put(self.row_sets, prog.pts)
+    rows = _row_sets(layout, eval_ids) if prog.eval_sets > 1 else None
+    # Each row's set, fixed for the group's life, so placed once (None: per point).
+    self.row_sets = None if rows is None else sharding.put(rows, prog.pts)
     self.num = len(cfgs)
     init = _jit_init(model)
     self._init, self._inits = init, {}
